@@ -1,0 +1,10 @@
+//! The molrec conformance harness: suites, an independent judge, adapters, reports.
+//!
+//! Independence: nothing in `judge`, `inspect` or `recipe` calls the
+//! reference crate. The reference is only reached through
+//! [`adapter::Implementation`], like any other implementation.
+
+pub mod adapter;
+pub mod inspect;
+pub mod judge;
+pub mod recipe;

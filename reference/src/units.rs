@@ -1,0 +1,1 @@
+//! pint-compatible unit grammar
