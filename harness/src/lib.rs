@@ -8,3 +8,6 @@ pub mod adapter;
 pub mod inspect;
 pub mod judge;
 pub mod recipe;
+pub mod report;
+pub mod runner;
+pub mod suite;

@@ -1,1 +1,220 @@
-fn main() {}
+//! `mrec`: write, dump, inspect and validate molrec collection files.
+
+use clap::{Parser, Subcommand};
+use molrec::lmdb::{write_collection, Reader, WriterOptions};
+use molrec::model_json::{collection_from_str, collection_to_json};
+use molrec::Error;
+use serde_json::{json, Value};
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+const EXIT_HELP: &str = "Exit codes:
+  0  success (for `validate`: the file conforms)
+  1  refused: the input breaks a spec clause (each printed on stderr as [clause-id])
+  2  usage error
+  3  i/o or environment error (missing file, full disk, lock held)";
+
+/// Write, dump, inspect and validate molrec collection files (`*.mrec.lmdb`).
+#[derive(Parser)]
+#[command(name = "mrec", version, after_help = EXIT_HELP)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Write a collection from canonical JSON (docs/canonical-json.md) to a new file.
+    Write {
+        /// Canonical-JSON collection (`-` for stdin).
+        model: PathBuf,
+        /// Output `.mrec.lmdb` file.
+        out: PathBuf,
+        /// Replace an existing output file.
+        #[arg(long)]
+        overwrite: bool,
+    },
+    /// Print the logical content (frames resolved) as canonical JSON.
+    Dump {
+        /// A `.mrec.lmdb` file.
+        file: PathBuf,
+    },
+    /// Summarize a collection file.
+    Info {
+        /// A `.mrec.lmdb` file.
+        file: PathBuf,
+    },
+    /// Check a file against the spec; list every violation found.
+    Validate {
+        /// A `.mrec.lmdb` file.
+        file: PathBuf,
+    },
+    /// Speak the harness's subprocess protocol on stdin/stdout (docs/adapters.md).
+    Adapter,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Write { model, out, overwrite } => write(&model, &out, overwrite),
+        Command::Dump { file } => dump(&file),
+        Command::Info { file } => info(&file),
+        Command::Validate { file } => return validate(&file),
+        Command::Adapter => adapter(),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mrec: {e}");
+            exit_code(&e)
+        }
+    }
+}
+
+fn exit_code(e: &Error) -> ExitCode {
+    match e {
+        Error::Refused { .. } | Error::Uncommitted => ExitCode::from(1),
+        _ => ExitCode::from(3),
+    }
+}
+
+fn read_model(model: &Path) -> Result<String, Error> {
+    if model == Path::new("-") {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
+        Ok(text)
+    } else {
+        Ok(std::fs::read_to_string(model)?)
+    }
+}
+
+fn write(model: &Path, out: &Path, overwrite: bool) -> Result<(), Error> {
+    let collection = collection_from_str(&read_model(model)?)?;
+    write_collection(out, collection, WriterOptions { overwrite, ..WriterOptions::default() })
+}
+
+fn dump(file: &Path) -> Result<(), Error> {
+    let collection = Reader::open(file)?.read_collection()?;
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, &collection_to_json(&collection)).map_err(|e| Error::Io(e.into()))?;
+    writeln!(out)?;
+    Ok(())
+}
+
+fn info(file: &Path) -> Result<(), Error> {
+    let reader = Reader::open(file)?;
+    let size = std::fs::metadata(file)?.len();
+    let units = reader.collection_meta().get("units").cloned().unwrap_or(Value::Null);
+    let schema = reader.schema();
+    let blocks: Vec<String> = schema
+        .blocks
+        .iter()
+        .map(|(name, b)| format!("{name}({})", b.columns.keys().cloned().collect::<Vec<_>>().join(", ")))
+        .collect();
+    let meta: Vec<String> = schema.meta.iter().map(|(k, d)| format!("{k}:{}", d.tag.name())).collect();
+    let index: Vec<String> = reader.index_columns()?.iter().map(|(k, c)| format!("{k}:{}", c.dtype())).collect();
+    println!("file          {} ({size} bytes)", file.display());
+    println!("records       {}", reader.n_records());
+    println!("frames        {}", reader.n_frames());
+    println!("units         {units}");
+    println!("blocks        {}", if blocks.is_empty() { "-".into() } else { blocks.join("; ") });
+    println!("step meta     {}", if meta.is_empty() { "-".into() } else { meta.join(", ") });
+    println!("own index     {}", if index.is_empty() { "-".into() } else { index.join(", ") });
+    println!("force field   {}", if reader.forcefield()?.is_some() { "yes" } else { "no" });
+    Ok(())
+}
+
+/// Reads everything, collecting one violation per failing part (open, index,
+/// force field, each record) rather than stopping at the first.
+fn validate(file: &Path) -> ExitCode {
+    let reader = match Reader::open(file) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("mrec: {e}");
+            return exit_code(&e);
+        }
+    };
+    let mut violations = Vec::new();
+    if let Err(e) = reader.index_columns() {
+        violations.push(e);
+    }
+    if let Err(e) = reader.forcefield() {
+        violations.push(e);
+    }
+    match reader.txn() {
+        Ok(txn) => {
+            for r in 0..reader.n_records() {
+                if let Err(e) = txn.record(r) {
+                    violations.push(e);
+                }
+            }
+        }
+        Err(e) => violations.push(e),
+    }
+    if violations.is_empty() {
+        println!("{}: conforms ({} records, {} frames)", file.display(), reader.n_records(), reader.n_frames());
+        return ExitCode::SUCCESS;
+    }
+    for v in &violations {
+        eprintln!("{v}");
+    }
+    eprintln!("{}: {} violation(s)", file.display(), violations.len());
+    violations.iter().map(exit_code).max_by_key(|c| format!("{c:?}")).unwrap_or(ExitCode::from(1))
+}
+
+/// The harness protocol: a greeting, then one answer per request line.
+fn adapter() -> Result<(), Error> {
+    let stdin = std::io::stdin();
+    let mut out = std::io::stdout().lock();
+    let hello = json!({
+        "type": "hello", "protocol": 1, "name": "molrec-reference",
+        "version": env!("CARGO_PKG_VERSION"),
+        "capabilities": {"write": true, "read": true},
+    });
+    writeln!(out, "{hello}")?;
+    out.flush()?;
+    for line in stdin.lock().lines() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let request: Value = match serde_json::from_str(&line) {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!("mrec adapter: request is not JSON: {e}");
+                continue;
+            }
+        };
+        let id = request.get("id").cloned().unwrap_or(Value::Null);
+        let path = request.get("path").and_then(Value::as_str).map(PathBuf::from);
+        let answer = match (request.get("op").and_then(Value::as_str), path) {
+            (Some("bye"), _) => break,
+            (Some("write"), Some(path)) => {
+                let collection = request.get("collection").cloned().unwrap_or(Value::Null);
+                let result = molrec::model_json::collection_from_json(&collection)
+                    .and_then(|c| write_collection(&path, c, WriterOptions { overwrite: true, ..WriterOptions::default() }));
+                answer(id, result.map(|()| None))
+            }
+            (Some("read"), Some(path)) => {
+                let result = Reader::open(&path).and_then(|r| r.read_collection());
+                answer(id, result.map(|c| Some(collection_to_json(&c))))
+            }
+            _ => json!({"id": id, "status": "unsupported"}),
+        };
+        writeln!(out, "{answer}")?;
+        out.flush()?;
+    }
+    Ok(())
+}
+
+fn answer(id: Value, result: Result<Option<Value>, Error>) -> Value {
+    match result {
+        Ok(None) => json!({"id": id, "status": "ok"}),
+        Ok(Some(collection)) => json!({"id": id, "status": "ok", "collection": collection}),
+        Err(e) => json!({
+            "id": id, "status": "refused", "message": e.to_string(),
+            "clause": e.clause().map(|c| c.id()),
+        }),
+    }
+}

@@ -1,0 +1,435 @@
+//! A self-contained HTML page: implementations side by side, and the clause
+//! by implementation matrix with a drill-down per clause. No external
+//! resources; the inline script only adds filtering and expand/collapse all,
+//! the page works without it.
+
+use super::{escape_xml, first_line, level_name, unmapped_clauses, Coverage, Outcome, Report, ResultEntry, Status};
+use crate::runner::Verdict;
+use crate::suite::{Clause, Direction, Level, SpecMap};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+const STYLE: &str = include_str!("style.css");
+const SCRIPT: &str = include_str!("script.js");
+
+/// Text content.
+fn h(s: &str) -> String {
+    escape_xml(s, false)
+}
+
+/// An attribute value.
+fn at(s: &str) -> String {
+    escape_xml(s, true)
+}
+
+pub(super) fn render(reports: &[Report], spec: &SpecMap) -> String {
+    let mut out = String::new();
+    let names: Vec<String> = reports.iter().map(|r| r.implementation.name.clone()).collect();
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>molrec conformance: {}</title>\n<style>\n{STYLE}</style>\n</head>\n<body>\n",
+        h(&if names.is_empty() { "no implementation".to_owned() } else { names.join(", ") })
+    );
+    header(&mut out, reports, spec);
+    out.push_str("<main>\n");
+    implementations(&mut out, reports, spec);
+    matrix(&mut out, reports, spec);
+    unexpected(&mut out, reports);
+    out.push_str("</main>\n");
+    let _ = write!(out, "<script>\n{SCRIPT}</script>\n</body>\n</html>\n");
+    out
+}
+
+fn header(out: &mut String, reports: &[Report], spec: &SpecMap) {
+    let mut harness: Vec<&str> = reports.iter().map(|r| r.harness_version.as_str()).collect();
+    harness.sort();
+    harness.dedup();
+    let mut suites: Vec<String> = reports.iter().flat_map(|r| r.suites.iter()).map(|s| format!("{} v{}", s.module, s.version)).collect();
+    suites.sort();
+    suites.dedup();
+    let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    let _ = writeln!(
+        out,
+        "<header class=\"top\"><div class=\"inner\"><h1>molrec conformance</h1>\
+         <p class=\"meta\">harness {} · suites: {} · {} · {} in the spec map</p></div></header>",
+        h(&if harness.is_empty() { "?".to_owned() } else { harness.join(", ") }),
+        h(&if suites.is_empty() { "none".to_owned() } else { suites.join(", ") }),
+        plural(reports.len(), "implementation", "implementations"),
+        plural(spec.len(), "clause", "clauses"),
+    );
+}
+
+fn count_cell(n: usize) -> String {
+    if n == 0 {
+        "<td class=\"num zero\">0</td>".to_owned()
+    } else {
+        format!("<td class=\"num\">{n}</td>")
+    }
+}
+
+fn implementations(out: &mut String, reports: &[Report], spec: &SpecMap) {
+    out.push_str("<section>\n<h2>Implementations</h2>\n<table class=\"impls\">\n<thead><tr><th>Implementation</th><th>Does</th>");
+    for o in Outcome::ALL {
+        let _ = write!(out, "<th class=\"num\"><span class=\"dot o-{}\"></span>{}</th>", o.slug(), h(o.name()));
+    }
+    out.push_str("<th class=\"num\">total</th><th>Trials</th><th>Clauses</th><th>Result</th></tr></thead>\n<tbody>\n");
+    if reports.is_empty() {
+        out.push_str("<tr><td colspan=\"13\" class=\"none\">No report.</td></tr>\n");
+    }
+    for r in reports {
+        let imp = &r.implementation;
+        let s = &r.summary;
+        let does: Vec<&str> =
+            [("write", imp.capabilities.write), ("read", imp.capabilities.read)].into_iter().filter(|(_, b)| *b).map(|(n, _)| n).collect();
+        let _ = write!(
+            out,
+            "<tr><td><b>{}</b> <span class=\"ver\">{}</span></td><td>{}</td>",
+            h(&imp.name),
+            h(&imp.version),
+            if does.is_empty() { "—".to_owned() } else { does.join(", ") }
+        );
+        for o in Outcome::ALL {
+            out.push_str(&count_cell(s.count(o)));
+        }
+        let _ = write!(out, "<td class=\"num\"><b>{}</b></td><td><div class=\"bar\">", s.total);
+        for o in Outcome::ALL {
+            let n = s.count(o);
+            if n > 0 {
+                let _ = write!(out, "<span class=\"o-{}\" style=\"flex:{n}\" title=\"{n} {}\"></span>", o.slug(), at(o.name()));
+            }
+        }
+        out.push_str("</div>");
+        if s.pass_unnamed > 0 {
+            let _ = write!(out, "<div class=\"note\">{} passing refusals named no clause</div>", s.pass_unnamed);
+        }
+        out.push_str("</td><td>");
+        let mut statuses: BTreeMap<&str, usize> = BTreeMap::new();
+        for (id, clause) in spec {
+            *statuses.entry(Coverage::of(&r.covering(id), Some(clause)).status.slug()).or_default() += 1;
+        }
+        let parts: Vec<String> = ["pass", "partial", "fail", "unsupported", "waived", "uncovered"]
+            .into_iter()
+            .filter_map(|k| statuses.get(k).map(|n| format!("<span class=\"t-{k}\">{n} {}</span>", k.replace("uncovered", "not covered"))))
+            .collect();
+        out.push_str(&parts.join(" · "));
+        out.push_str("</td><td>");
+        if r.has_unexpected() {
+            let _ = write!(out, "<span class=\"verdict bad\">{} unexpected</span>", s.unexpected());
+        } else {
+            out.push_str("<span class=\"verdict ok\">nothing unexpected</span>");
+        }
+        out.push_str("</td></tr>\n");
+    }
+    out.push_str("</tbody>\n</table>\n</section>\n");
+}
+
+/// One row of the matrix: a clause (from the spec map, or only named by cases).
+struct Row<'a> {
+    id: &'a str,
+    clause: Option<&'a Clause>,
+    /// Per report, the trials covering the clause.
+    trials: Vec<Vec<&'a ResultEntry>>,
+    /// Per report.
+    coverage: Vec<Coverage>,
+}
+
+impl Row<'_> {
+    fn problem(&self) -> bool {
+        let uncovered_must = self.clause.is_some_and(|c| c.level == Level::Must)
+            && self.coverage.iter().any(|c| c.status == Status::Uncovered);
+        uncovered_must
+            || self.clause.is_none()
+            || self.coverage.iter().any(|c| matches!(c.status, Status::Fail | Status::Partial))
+            || self.trials.iter().flatten().any(|e| e.outcome.is_unexpected())
+    }
+}
+
+fn matrix(out: &mut String, reports: &[Report], spec: &SpecMap) {
+    let mut groups: BTreeMap<String, Vec<Row<'_>>> = BTreeMap::new();
+    for (id, clause) in spec {
+        let trials: Vec<Vec<&ResultEntry>> = reports.iter().map(|r| r.covering(id)).collect();
+        let coverage = trials.iter().map(|t| Coverage::of(t, Some(clause))).collect();
+        groups.entry(clause.source.clone()).or_default().push(Row { id, clause: Some(clause), trials, coverage });
+    }
+    let unmapped = unmapped_clauses(reports, spec);
+    let mut unmapped_rows = Vec::new();
+    for id in &unmapped {
+        let trials: Vec<Vec<&ResultEntry>> = reports.iter().map(|r| r.covering(id)).collect();
+        let coverage = trials.iter().map(|t| Coverage::of(t, None)).collect();
+        unmapped_rows.push(Row { id, clause: None, trials, coverage });
+    }
+
+    out.push_str("<section>\n<h2>Clauses × implementations</h2>\n");
+    out.push_str(
+        "<p class=\"hint\">One row per clause of the spec map, grouped by source section. A cell counts the passing trials \
+         of the cases that cover the clause, for one implementation (unsupported trials left out). \
+         Open a row for its cases, their verdicts and the failure details.</p>\n",
+    );
+    out.push_str(
+        "<div class=\"toolbar js-only\"><input type=\"search\" id=\"q\" placeholder=\"Filter clauses by id or text\" aria-label=\"Filter clauses\">\
+         <label><input type=\"checkbox\" id=\"problems\"> only problems</label>\
+         <button type=\"button\" id=\"open-all\">Expand all</button><button type=\"button\" id=\"close-all\">Collapse all</button>\
+         <span id=\"shown\" class=\"shown\"></span></div>\n",
+    );
+    out.push_str("<div class=\"legend\">");
+    for (slug, name, what) in [
+        ("pass", "pass", "every trial passed"),
+        ("partial", "partial", "some trials failed"),
+        ("fail", "fail", "every trial failed"),
+        ("unsupported", "unsupported", "the implementation does not do it"),
+        ("waived", "waived", "no case, with a reason"),
+        ("uncovered-must", "not covered", "a must without a case or waiver"),
+        ("uncovered", "not covered", "a should or may without a case"),
+    ] {
+        let _ = write!(out, "<span><span class=\"cell s-{slug}\">{name}</span> {what}</span>");
+    }
+    out.push_str("</div>\n");
+    let _ = writeln!(out, "<div class=\"matrix\" style=\"--n:{}\">", reports.len().max(1));
+    out.push_str("<div class=\"mrow mhead\"><div>Clause</div><div>Level</div>");
+    for r in reports {
+        let _ = write!(
+            out,
+            "<div class=\"imp\" title=\"{} {}\">{}<small>{}</small></div>",
+            at(&r.implementation.name),
+            at(&r.implementation.version),
+            h(&r.implementation.name),
+            h(&r.implementation.version)
+        );
+    }
+    if reports.is_empty() {
+        out.push_str("<div class=\"imp\">—</div>");
+    }
+    out.push_str("</div>\n");
+    let mut all: Vec<(String, Vec<Row<'_>>)> = groups.into_iter().collect();
+    if !unmapped_rows.is_empty() {
+        all.push(("Not in the spec map".to_owned(), unmapped_rows));
+    }
+    for (source, rows) in &all {
+        group(out, source, rows, reports);
+    }
+    out.push_str("</div>\n</section>\n");
+}
+
+fn group(out: &mut String, source: &str, rows: &[Row<'_>], reports: &[Report]) {
+    out.push_str("<section class=\"group\">\n<div class=\"mrow ghead\">");
+    let _ = write!(
+        out,
+        "<div><span class=\"src\">{}</span> <span class=\"gcount\">{} clause{}</span></div><div></div>",
+        h(source),
+        rows.len(),
+        if rows.len() == 1 { "" } else { "s" }
+    );
+    for i in 0..reports.len() {
+        let statuses: Vec<Status> = rows.iter().map(|r| r.coverage[i].status).collect();
+        let n = |s: Status| statuses.iter().filter(|x| **x == s).count();
+        let bad = n(Status::Fail) + n(Status::Partial);
+        let covered = statuses.len() - n(Status::Waived) - n(Status::Uncovered);
+        let class = if bad > 0 { "gsum bad" } else { "gsum" };
+        let _ = write!(out, "<div class=\"{class}\">{} of {covered} pass</div>", n(Status::Pass));
+    }
+    out.push_str("</div>\n");
+    for row in rows {
+        clause_row(out, row, reports);
+    }
+    out.push_str("</section>\n");
+}
+
+fn clause_row(out: &mut String, row: &Row<'_>, reports: &[Report]) {
+    let text = row.clause.map(|c| c.text.as_str()).unwrap_or("(named by cases, missing from spec-map.toml)");
+    let _ = write!(
+        out,
+        "<details class=\"clause\" id=\"clause-{}\" data-search=\"{}\" data-problem=\"{}\">\n<summary class=\"mrow\">",
+        at(row.id),
+        at(&format!("{} {}", row.id, text).to_lowercase()),
+        u8::from(row.problem())
+    );
+    let _ = write!(out, "<div class=\"cl\"><code>{}</code><span class=\"txt\">{}</span></div>", h(row.id), h(text));
+    match row.clause {
+        Some(c) => {
+            let _ = write!(out, "<div><span class=\"lvl {0}\">{0}</span></div>", level_name(c.level));
+        }
+        None => out.push_str("<div><span class=\"lvl unknown\">?</span></div>"),
+    }
+    for cov in &row.coverage {
+        cell(out, cov, row.clause);
+    }
+    out.push_str("</summary>\n<div class=\"drill\">\n");
+    drill(out, row, reports);
+    out.push_str("</div>\n</details>\n");
+}
+
+fn cell(out: &mut String, cov: &Coverage, clause: Option<&Clause>) {
+    let (slug, word) = match cov.status {
+        Status::Uncovered if clause.is_some_and(|c| c.level == Level::Must) => ("uncovered-must", "NOT COVERED"),
+        Status::Uncovered => ("uncovered", "not covered"),
+        s => (s.slug(), s.slug()),
+    };
+    let count = match cov.status {
+        Status::Pass | Status::Partial | Status::Fail => format!("{}/{}", cov.passed, cov.judged),
+        _ => String::new(),
+    };
+    let known = if cov.expected > 0 {
+        format!("<span class=\"known\" title=\"{0} expected failure(s)\">{0} known</span>", cov.expected)
+    } else {
+        String::new()
+    };
+    let _ = write!(
+        out,
+        "<div class=\"cell s-{slug}\" title=\"{}\"><span>{word}</span>{known}<span class=\"ct\">{count}</span></div>",
+        at(&cov.text())
+    );
+}
+
+fn drill(out: &mut String, row: &Row<'_>, reports: &[Report]) {
+    out.push_str("<dl class=\"facts\">");
+    if let Some(c) = row.clause {
+        let _ = write!(out, "<dt>Source</dt><dd>{}</dd><dt>Level</dt><dd>{}</dd>", h(&c.source), level_name(c.level));
+        let _ = write!(out, "<dt>Clause</dt><dd>{}</dd>", h(&c.text));
+        if let Some(w) = &c.waiver {
+            let _ = write!(out, "<dt>Waiver</dt><dd>{}</dd>", h(w));
+        }
+    } else {
+        out.push_str("<dt>Clause</dt><dd>This id is named by cases but missing from <code>spec-map.toml</code>.</dd>");
+    }
+    let _ = write!(out, "<dt>Link</dt><dd><a href=\"#clause-{0}\">#clause-{1}</a></dd>", at(row.id), h(row.id));
+    out.push_str("</dl>\n");
+
+    // The union of the trials over the implementations, by case then direction.
+    type Key = (String, String, Direction);
+    let mut trials: BTreeMap<Key, Vec<Option<&ResultEntry>>> = BTreeMap::new();
+    for (i, entries) in row.trials.iter().enumerate() {
+        for e in entries {
+            let key = (e.result.module.clone(), e.result.case.clone(), e.result.direction);
+            trials.entry(key).or_insert_with(|| vec![None; reports.len()])[i] = Some(e);
+        }
+    }
+    if trials.is_empty() {
+        let why = match row.clause.and_then(|c| c.waiver.as_deref()) {
+            Some(w) => format!("No case covers this clause; it is waived: {}", h(w)),
+            None if row.clause.is_some_and(|c| c.level == Level::Must) => {
+                "No case covers this <b>must</b> clause and the spec map gives no waiver.".to_owned()
+            }
+            None => "No case covers this clause.".to_owned(),
+        };
+        let _ = writeln!(out, "<p class=\"none\">{why}</p>");
+        return;
+    }
+    out.push_str("<table class=\"cases\"><thead><tr><th>Case</th><th>Direction</th>");
+    for r in reports {
+        let _ = write!(out, "<th>{}</th>", h(&r.implementation.name));
+    }
+    out.push_str("</tr></thead>\n<tbody>\n");
+    let mut by_case: BTreeMap<(String, String), Vec<(Direction, &Vec<Option<&ResultEntry>>)>> = BTreeMap::new();
+    for ((module, case, direction), per) in &trials {
+        by_case.entry((module.clone(), case.clone())).or_default().push((*direction, per));
+    }
+    for ((module, case), dirs) in &by_case {
+        let title = dirs.iter().flat_map(|(_, per)| per.iter().flatten()).map(|e| e.result.title.as_str()).next().unwrap_or("");
+        for (k, (direction, per)) in dirs.iter().enumerate() {
+            out.push_str("<tr>");
+            if k == 0 {
+                let _ = write!(
+                    out,
+                    "<td rowspan=\"{}\" class=\"case\"><code>{}::{}</code><div class=\"title\">{}</div></td>",
+                    dirs.len(),
+                    h(module),
+                    h(case),
+                    h(title)
+                );
+            }
+            let _ = write!(out, "<td class=\"dir\">{direction}</td>");
+            for e in per.iter() {
+                match e {
+                    Some(e) => {
+                        let _ = write!(out, "<td>{}</td>", badge(e));
+                    }
+                    None => out.push_str("<td class=\"zero\">—</td>"),
+                }
+            }
+            out.push_str("</tr>\n");
+        }
+    }
+    out.push_str("</tbody></table>\n");
+
+    let mut details = String::new();
+    for per in trials.values() {
+        for (i, e) in per.iter().enumerate() {
+            let Some(e) = e else { continue };
+            if e.outcome == Outcome::Pass && e.result.verdict == Verdict::Pass {
+                continue;
+            }
+            if e.outcome == Outcome::Unsupported {
+                continue;
+            }
+            detail(&mut details, e, &reports[i]);
+        }
+    }
+    if !details.is_empty() {
+        let _ = write!(out, "<div class=\"details\">{details}</div>\n");
+    }
+}
+
+fn badge(e: &ResultEntry) -> String {
+    let unnamed = e.outcome == Outcome::Pass && e.result.verdict == Verdict::PassUnnamed;
+    let mut title = e.label().to_owned();
+    if let Some(reason) = &e.expected_failure {
+        title.push_str(&format!(" — expected to fail: {reason}"));
+    }
+    if !e.result.detail.is_empty() {
+        title.push_str(&format!(" — {}", first_line(&e.result.detail, 160)));
+    }
+    let text = if unnamed { "pass · no clause" } else { e.outcome.name() };
+    format!("<span class=\"badge o-{}{}\" title=\"{}\">{}</span>", e.outcome.slug(), if unnamed { " unnamed" } else { "" }, at(&title), h(text))
+}
+
+fn detail(out: &mut String, e: &ResultEntry, report: &Report) {
+    let r = &e.result;
+    let _ = write!(
+        out,
+        "<div class=\"det\"><div class=\"dethead\">{} <b>{}</b> · <code>{}</code>",
+        badge(e),
+        h(&report.implementation.name),
+        h(&r.trial)
+    );
+    if let Some(c) = &r.expected_clause {
+        let named = r.named_clause.as_deref().unwrap_or("none");
+        let _ = write!(out, " · must name <code>{}</code>, named <code>{}</code>", h(c), h(named));
+    }
+    out.push_str("</div>");
+    if let Some(reason) = &e.expected_failure {
+        let _ = write!(out, "<div class=\"reason\">Expected to fail: {}</div>", h(reason));
+    }
+    if !r.detail.is_empty() {
+        let _ = write!(out, "<pre>{}</pre>", h(r.detail.trim_end()));
+    }
+    out.push_str("</div>\n");
+}
+
+fn unexpected(out: &mut String, reports: &[Report]) {
+    out.push_str("<section>\n<h2>Unexpected results</h2>\n");
+    let mut any = false;
+    for r in reports {
+        let entries: Vec<&ResultEntry> = r.results.iter().filter(|e| e.outcome.is_unexpected()).collect();
+        if entries.is_empty() {
+            continue;
+        }
+        any = true;
+        let _ = write!(
+            out,
+            "<details class=\"unexp\"><summary><b>{}</b> <span class=\"ver\">{}</span> — {} unexpected</summary>\n",
+            h(&r.implementation.name),
+            h(&r.implementation.version),
+            entries.len()
+        );
+        for e in entries {
+            detail(out, e, r);
+        }
+        out.push_str("</details>\n");
+    }
+    if !any {
+        out.push_str("<p class=\"none\">None: every trial passed or failed as expected.</p>\n");
+    }
+    out.push_str("</section>\n");
+}

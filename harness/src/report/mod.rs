@@ -1,0 +1,546 @@
+//! Reports of one run of the suite against one implementation.
+//!
+//! A [`Report`] is built from the [`TrialResult`]s of a run and the
+//! implementation's [`Expectations`] (known failures with a reason). It is
+//! the source of every other form:
+//!
+//! - [`Report::to_json`]: the report itself, pretty JSON (`report.json`);
+//!   [`Report::from_json`] reads it back, so reports of several runs can be
+//!   combined later;
+//! - [`Report::to_junit`]: JUnit XML for CI systems (`junit.xml`);
+//! - [`Report::to_markdown`]: a summary, the unexpected results with their
+//!   details and a per-clause coverage table, for pull requests
+//!   (`report.md`); deterministic, so it can be snapshot-tested;
+//! - [`Report::to_html`]: a self-contained page with the clause by
+//!   implementation matrix, for one or several reports (`report.html`).
+//!
+//! Outcomes: a trial's [`Verdict`] is the harness's judgement; its
+//! [`Outcome`] adds the expectations. A failure (fail or error) named in the
+//! expectations is an *expected failure*; a trial named there that passes is
+//! an *unexpected pass*. Anything else that fails or errs is unexpected too
+//! ([`Report::has_unexpected`]). An unsupported operation is never unexpected.
+//!
+//! Clause status (Markdown coverage and HTML matrix), per implementation:
+//! the trials of every case that lists the clause, unsupported ones left out;
+//! `pass` when all of them pass, `fail` when none does, `partial` otherwise.
+//! A clause no case covers is `waived` when the spec map gives a waiver and
+//! `not covered` otherwise (an alarm for a `must`).
+
+mod html;
+mod junit;
+mod markdown;
+#[cfg(test)]
+mod tests;
+
+use crate::adapter::Description;
+use crate::runner::{TrialResult, Verdict};
+use crate::suite::{Clause, Level, SpecMap, Suite};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// A suite module that took part in the run, with its version.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SuiteInfo {
+    /// Module name (`collection`).
+    pub module: String,
+    /// Version of the suite file.
+    pub version: u32,
+}
+
+impl SuiteInfo {
+    /// The module and version of a loaded suite.
+    pub fn of(suite: &Suite) -> SuiteInfo {
+        SuiteInfo { module: suite.module.clone(), version: suite.version }
+    }
+}
+
+/// A trial's verdict in the light of the expectations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    /// Passed (with or without naming a clause, see the verdict), as expected.
+    Pass,
+    /// Failed or erred, and the expectations name it with a reason.
+    ExpectedFailure,
+    /// Passed although the expectations say it fails.
+    UnexpectedPass,
+    /// Failed, unexpectedly.
+    Fail,
+    /// Crashed, timed out, answered garbage or could not be set up, unexpectedly.
+    Error,
+    /// The implementation does not do this operation.
+    Unsupported,
+}
+
+impl Outcome {
+    /// Every outcome, in report order.
+    pub const ALL: [Outcome; 6] = [
+        Outcome::Pass,
+        Outcome::ExpectedFailure,
+        Outcome::UnexpectedPass,
+        Outcome::Fail,
+        Outcome::Error,
+        Outcome::Unsupported,
+    ];
+
+    /// The outcome of a verdict, given whether the trial is expected to fail.
+    pub fn of(verdict: Verdict, expected_failure: bool) -> Outcome {
+        match (verdict, expected_failure) {
+            (Verdict::Pass | Verdict::PassUnnamed, false) => Outcome::Pass,
+            (Verdict::Pass | Verdict::PassUnnamed, true) => Outcome::UnexpectedPass,
+            (Verdict::Fail | Verdict::Error, true) => Outcome::ExpectedFailure,
+            (Verdict::Fail, false) => Outcome::Fail,
+            (Verdict::Error, false) => Outcome::Error,
+            (Verdict::Unsupported, _) => Outcome::Unsupported,
+        }
+    }
+
+    /// The name used in reports (`expected failure`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Pass => "pass",
+            Outcome::ExpectedFailure => "expected failure",
+            Outcome::UnexpectedPass => "unexpected pass",
+            Outcome::Fail => "fail",
+            Outcome::Error => "error",
+            Outcome::Unsupported => "unsupported",
+        }
+    }
+
+    /// The kebab-case name of the JSON form, used as a CSS class.
+    pub fn slug(self) -> &'static str {
+        match self {
+            Outcome::Pass => "pass",
+            Outcome::ExpectedFailure => "expected-failure",
+            Outcome::UnexpectedPass => "unexpected-pass",
+            Outcome::Fail => "fail",
+            Outcome::Error => "error",
+            Outcome::Unsupported => "unsupported",
+        }
+    }
+
+    /// Whether this outcome makes a run fail (fail, error, unexpected pass).
+    pub fn is_unexpected(self) -> bool {
+        matches!(self, Outcome::Fail | Outcome::Error | Outcome::UnexpectedPass)
+    }
+}
+
+/// One trial of the run, with what the expectations say about it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ResultEntry {
+    /// The trial as the runner decided it.
+    #[serde(flatten)]
+    pub result: TrialResult,
+    /// The reason the expectations give, when they expect this trial to fail.
+    #[serde(default)]
+    pub expected_failure: Option<String>,
+    /// The verdict in the light of the expectations.
+    pub outcome: Outcome,
+}
+
+impl ResultEntry {
+    /// `module::case`.
+    pub fn case_name(&self) -> String {
+        format!("{}::{}", self.result.module, self.result.case)
+    }
+
+    /// `case::direction`, the trial's name inside its module.
+    pub fn short_name(&self) -> String {
+        format!("{}::{}", self.result.case, self.result.direction)
+    }
+
+    /// The outcome as a short label; a pass without a named clause says so.
+    pub fn label(&self) -> &'static str {
+        match (self.outcome, self.result.verdict) {
+            (Outcome::Pass, Verdict::PassUnnamed) => "pass (no clause named)",
+            (outcome, _) => outcome.name(),
+        }
+    }
+}
+
+/// How many trials ended in each outcome.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Summary {
+    /// Every trial.
+    pub total: usize,
+    /// Passed as expected.
+    pub pass: usize,
+    /// Of `pass`: refusals that named no clause.
+    pub pass_unnamed: usize,
+    /// Failed or erred as the expectations say.
+    pub expected_failure: usize,
+    /// Passed although expected to fail.
+    pub unexpected_pass: usize,
+    /// Failed unexpectedly.
+    pub fail: usize,
+    /// Erred unexpectedly.
+    pub error: usize,
+    /// Operations the implementation does not do.
+    pub unsupported: usize,
+}
+
+impl Summary {
+    /// Counts the outcomes of `entries`.
+    pub fn of<'a>(entries: impl IntoIterator<Item = &'a ResultEntry>) -> Summary {
+        let mut s = Summary::default();
+        for e in entries {
+            s.total += 1;
+            match e.outcome {
+                Outcome::Pass => s.pass += 1,
+                Outcome::ExpectedFailure => s.expected_failure += 1,
+                Outcome::UnexpectedPass => s.unexpected_pass += 1,
+                Outcome::Fail => s.fail += 1,
+                Outcome::Error => s.error += 1,
+                Outcome::Unsupported => s.unsupported += 1,
+            }
+            if e.outcome == Outcome::Pass && e.result.verdict == Verdict::PassUnnamed {
+                s.pass_unnamed += 1;
+            }
+        }
+        s
+    }
+
+    /// The number of trials with `outcome`.
+    pub fn count(&self, outcome: Outcome) -> usize {
+        match outcome {
+            Outcome::Pass => self.pass,
+            Outcome::ExpectedFailure => self.expected_failure,
+            Outcome::UnexpectedPass => self.unexpected_pass,
+            Outcome::Fail => self.fail,
+            Outcome::Error => self.error,
+            Outcome::Unsupported => self.unsupported,
+        }
+    }
+
+    /// Fails, errors and unexpected passes.
+    pub fn unexpected(&self) -> usize {
+        self.fail + self.error + self.unexpected_pass
+    }
+}
+
+/// Per-implementation known failures: trial or case name -> reason.
+///
+/// The file form is TOML, one table per entry:
+///
+/// ```toml
+/// [[expected-failure]]
+/// case = "collection::units-missing::read"   # one trial
+/// reason = "does not check units yet"
+///
+/// [[expected-failure]]
+/// case = "collection::nan-values"             # every direction of a case
+/// reason = "NaN payloads are not kept"
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Expectations {
+    entries: BTreeMap<String, String>,
+}
+
+impl Expectations {
+    /// Parses `[[expected-failure]]\ncase = "collection::x::read"\nreason = "..."` TOML.
+    /// An entry may name a trial (`module::case::direction`) or a case
+    /// (`module::case`, all its directions). Every entry needs a reason; a
+    /// name given twice, an unknown key or an empty name is refused.
+    pub fn parse(text: &str) -> Result<Expectations, String> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct File {
+            #[serde(rename = "expected-failure", default)]
+            entries: Vec<Entry>,
+        }
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Entry {
+            case: String,
+            reason: String,
+        }
+        let file: File = toml::from_str(text).map_err(|e| format!("expectations: {e}"))?;
+        let mut entries = BTreeMap::new();
+        for Entry { case, reason } in file.entries {
+            let case = case.trim().to_owned();
+            if case.split("::").count() < 2 || case.split("::").any(str::is_empty) {
+                return Err(format!("expectations: `{case}` is neither `module::case` nor `module::case::direction`"));
+            }
+            if reason.trim().is_empty() {
+                return Err(format!("expectations: `{case}` has no reason"));
+            }
+            if entries.insert(case.clone(), reason.trim().to_owned()).is_some() {
+                return Err(format!("expectations: `{case}` is listed twice"));
+            }
+        }
+        Ok(Expectations { entries })
+    }
+
+    /// Reads and parses an expectations file.
+    pub fn load(path: &Path) -> Result<Expectations, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Expectations::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// The reason `trial` (`module::case::direction`) is expected to fail: its
+    /// own entry, else its case's.
+    pub fn reason(&self, trial: &str) -> Option<&str> {
+        self.entries
+            .get(trial)
+            .or_else(|| trial.rsplit_once("::").and_then(|(case, _)| self.entries.get(case)))
+            .map(String::as_str)
+    }
+
+    /// Entries that name no trial of `results` (an error for the CLI).
+    pub fn unknown(&self, trials: &[String]) -> Vec<String> {
+        let mut known: BTreeSet<&str> = BTreeSet::new();
+        for trial in trials {
+            known.insert(trial);
+            if let Some((case, _)) = trial.rsplit_once("::") {
+                known.insert(case);
+            }
+        }
+        self.entries.keys().filter(|k| !known.contains(k.as_str())).cloned().collect()
+    }
+
+    /// The entries, name -> reason, sorted by name.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.entries.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    /// The number of entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// One run of the suite against one implementation: the source of every other report.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Report {
+    /// The version of the harness that ran.
+    pub harness_version: String,
+    /// The suite modules that ran, sorted by module.
+    pub suites: Vec<SuiteInfo>,
+    /// The implementation under test.
+    pub implementation: Description,
+    /// Every trial, sorted by module, case and direction.
+    pub results: Vec<ResultEntry>,
+    /// Counts per outcome.
+    pub summary: Summary,
+}
+
+impl Report {
+    /// Builds the report of a run: applies `expectations`, sorts the trials
+    /// and counts the outcomes.
+    pub fn new(implementation: Description, mut suites: Vec<SuiteInfo>, results: Vec<TrialResult>, expectations: &Expectations) -> Report {
+        suites.sort();
+        let mut results: Vec<ResultEntry> = results
+            .into_iter()
+            .map(|result| {
+                let expected_failure = expectations.reason(&result.trial).map(str::to_owned);
+                let outcome = Outcome::of(result.verdict, expected_failure.is_some());
+                ResultEntry { result, expected_failure, outcome }
+            })
+            .collect();
+        results.sort_by(|a, b| {
+            let key = |e: &ResultEntry| (e.result.module.clone(), e.result.case.clone(), e.result.direction);
+            key(a).cmp(&key(b))
+        });
+        let summary = Summary::of(&results);
+        Report { harness_version: env!("CARGO_PKG_VERSION").to_owned(), suites, implementation, results, summary }
+    }
+
+    /// Whether anything is unexpected (fail or error not expected, or an expected failure that passed).
+    pub fn has_unexpected(&self) -> bool {
+        self.results.iter().any(|e| e.outcome.is_unexpected())
+    }
+
+    /// The trial names of the run (for [`Expectations::unknown`]).
+    pub fn trials(&self) -> Vec<String> {
+        self.results.iter().map(|e| e.result.trial.clone()).collect()
+    }
+
+    /// The report as pretty JSON.
+    pub fn to_json(&self) -> String {
+        let mut text = serde_json::to_string_pretty(self).expect("a report is plain data and always serializes");
+        text.push('\n');
+        text
+    }
+
+    /// Reads a report written by [`Report::to_json`].
+    pub fn from_json(text: &str) -> Result<Report, String> {
+        serde_json::from_str(text).map_err(|e| format!("report: {e}"))
+    }
+
+    /// JUnit XML: one `<testsuite>` per module, one `<testcase
+    /// name="case::direction" classname="module">` per trial; `<failure>`
+    /// for fail and unexpected pass, `<error>` for error, `<skipped>` for
+    /// unsupported and expected failures.
+    pub fn to_junit(&self) -> String {
+        junit::render(self)
+    }
+
+    /// Markdown for a pull request: a summary table, the unexpected results
+    /// with their details (fenced), the expected failures, and a coverage
+    /// table with every clause of `spec`. Sorted, no timestamps.
+    pub fn to_markdown(&self, spec: &SpecMap) -> String {
+        markdown::render(self, spec)
+    }
+
+    /// A self-contained HTML page (inline CSS and a little inline JS, no
+    /// external resources): a summary per implementation and a clause by
+    /// implementation matrix grouped by source section; each clause row opens
+    /// onto its cases with their verdicts and failure details.
+    pub fn to_html(reports: &[Report], spec: &SpecMap) -> String {
+        html::render(reports, spec)
+    }
+
+    /// Writes report.json, junit.xml, report.md, report.html into `dir` (created if missing).
+    pub fn write_all(&self, dir: &Path, spec: &SpecMap) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(dir.join("report.json"), self.to_json())?;
+        std::fs::write(dir.join("junit.xml"), self.to_junit())?;
+        std::fs::write(dir.join("report.md"), self.to_markdown(spec))?;
+        std::fs::write(dir.join("report.html"), Report::to_html(std::slice::from_ref(self), spec))?;
+        Ok(())
+    }
+
+    /// The trials of cases that list `clause`.
+    fn covering(&self, clause: &str) -> Vec<&ResultEntry> {
+        self.results.iter().filter(|e| e.result.clauses.iter().any(|c| c == clause)).collect()
+    }
+}
+
+/// How one implementation fares on one clause.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Status {
+    /// Every judged trial passed.
+    Pass,
+    /// Some passed, some did not.
+    Partial,
+    /// None passed.
+    Fail,
+    /// Covered, but every trial was unsupported.
+    Unsupported,
+    /// No case covers it; the spec map gives a waiver.
+    Waived,
+    /// No case covers it and no waiver.
+    Uncovered,
+}
+
+impl Status {
+    fn slug(self) -> &'static str {
+        match self {
+            Status::Pass => "pass",
+            Status::Partial => "partial",
+            Status::Fail => "fail",
+            Status::Unsupported => "unsupported",
+            Status::Waived => "waived",
+            Status::Uncovered => "uncovered",
+        }
+    }
+}
+
+/// The status of a clause for one implementation, with its counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Coverage {
+    status: Status,
+    /// Trials that passed.
+    passed: usize,
+    /// Trials judged (not unsupported).
+    judged: usize,
+    /// Of the failing ones: expected failures.
+    expected: usize,
+}
+
+impl Coverage {
+    fn of(entries: &[&ResultEntry], clause: Option<&Clause>) -> Coverage {
+        let judged = entries.iter().filter(|e| e.result.verdict != Verdict::Unsupported).count();
+        let passed = entries.iter().filter(|e| e.result.verdict.passed()).count();
+        let expected = entries.iter().filter(|e| e.outcome == Outcome::ExpectedFailure).count();
+        let status = if entries.is_empty() {
+            if clause.is_some_and(|c| c.waiver.is_some()) {
+                Status::Waived
+            } else {
+                Status::Uncovered
+            }
+        } else if judged == 0 {
+            Status::Unsupported
+        } else if passed == judged {
+            Status::Pass
+        } else if passed == 0 {
+            Status::Fail
+        } else {
+            Status::Partial
+        };
+        Coverage { status, passed, judged, expected }
+    }
+
+    /// `pass 3/3`, `partial 2/3 (1 expected)`, `waived`, `not covered`.
+    fn text(&self) -> String {
+        let mut text = match self.status {
+            Status::Waived => return "waived".into(),
+            Status::Uncovered => return "not covered".into(),
+            Status::Unsupported => return "unsupported".into(),
+            s => format!("{} {}/{}", s.slug(), self.passed, self.judged),
+        };
+        if self.expected > 0 {
+            text.push_str(&format!(" ({} expected)", self.expected));
+        }
+        text
+    }
+}
+
+fn level_name(level: Level) -> &'static str {
+    match level {
+        Level::Must => "must",
+        Level::Should => "should",
+        Level::May => "may",
+    }
+}
+
+/// Clause ids the results refer to that the spec map does not have.
+fn unmapped_clauses<'a>(reports: impl IntoIterator<Item = &'a Report>, spec: &SpecMap) -> BTreeSet<String> {
+    reports
+        .into_iter()
+        .flat_map(|r| r.results.iter())
+        .flat_map(|e| e.result.clauses.iter())
+        .filter(|c| !spec.contains_key(*c))
+        .cloned()
+        .collect()
+}
+
+/// Escapes text for XML and HTML content and attribute values. Characters
+/// XML 1.0 does not allow (most C0 controls) become U+FFFD; in attributes,
+/// line breaks and tabs become character references so they survive.
+fn escape_xml(text: &str, attribute: bool) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            '\n' if attribute => out.push_str("&#10;"),
+            '\r' if attribute => out.push_str("&#13;"),
+            '\t' if attribute => out.push_str("&#9;"),
+            '\n' | '\r' | '\t' => out.push(c),
+            c if (c as u32) < 0x20 || c == '\u{FFFE}' || c == '\u{FFFF}' => out.push('\u{FFFD}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The first line of a detail, shortened to `max` characters.
+fn first_line(text: &str, max: usize) -> String {
+    let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+    if line.chars().count() > max {
+        let cut: String = line.chars().take(max.saturating_sub(1)).collect();
+        format!("{cut}…")
+    } else {
+        line.to_owned()
+    }
+}

@@ -1,0 +1,432 @@
+use super::*;
+use crate::adapter::Capabilities;
+use crate::suite::{Direction, Kind};
+
+fn trial(case: &str, direction: Direction, kind: Kind, clauses: &[&str], verdict: Verdict, detail: &str) -> TrialResult {
+    TrialResult {
+        trial: crate::runner::trial_name("collection", case, direction),
+        module: "collection".into(),
+        case: case.into(),
+        title: format!("Title of {case}"),
+        direction,
+        kind,
+        clauses: clauses.iter().map(|c| c.to_string()).collect(),
+        expected_clause: None,
+        named_clause: None,
+        verdict,
+        detail: detail.into(),
+    }
+}
+
+const FAIL_DETAIL: &str = "read back differs from the fixture in 1 place(s):\n  /records/0/meta/x: expected <&>, got \"y\"\n```\nnot a fence end\n";
+
+fn results() -> Vec<TrialResult> {
+    let mut unnamed = trial(
+        "refusal-unnamed",
+        Direction::Write,
+        Kind::WriteRefusal,
+        &["b.unnamed"],
+        Verdict::PassUnnamed,
+        "refused without naming a clause: units missing",
+    );
+    unnamed.expected_clause = Some("b.unnamed".into());
+    vec![
+        // Deliberately out of order: the report sorts.
+        trial("values-differ", Direction::Read, Kind::RoundTrip, &["a.pass", "c.fail"], Verdict::Fail, FAIL_DETAIL),
+        trial("basic", Direction::Write, Kind::RoundTrip, &["a.pass"], Verdict::Pass, ""),
+        unnamed,
+        trial("crashes", Direction::Read, Kind::ReadRefusal, &["c.fail"], Verdict::Error, "process exited: signal 11"),
+        trial("basic", Direction::Golden, Kind::RoundTrip, &["a.pass"], Verdict::Unsupported, "does not read"),
+        trial("known-bad", Direction::Write, Kind::RoundTrip, &["g.known", "z.unmapped"], Verdict::Fail, "wrote garbage"),
+        trial("fixed-now", Direction::Read, Kind::RoundTrip, &["g.known"], Verdict::Pass, ""),
+    ]
+}
+
+const EXPECTATIONS: &str = r#"
+# Known failures of the test implementation.
+[[expected-failure]]
+case = "collection::known-bad"
+reason = "does not write <blocks> & such yet"
+
+[[expected-failure]]
+case = "collection::fixed-now::read"
+reason = "was broken"
+"#;
+
+fn description() -> Description {
+    Description { name: "test-impl".into(), version: "1.2.3".into(), capabilities: Capabilities { write: true, read: true } }
+}
+
+fn report() -> Report {
+    let expectations = Expectations::parse(EXPECTATIONS).unwrap();
+    let mut report =
+        Report::new(description(), vec![SuiteInfo { module: "collection".into(), version: 1 }], results(), &expectations);
+    report.harness_version = "test".into();
+    report
+}
+
+fn clause(source: &str, level: Level, text: &str, waiver: Option<&str>) -> Clause {
+    Clause { source: source.into(), level, text: text.into(), waiver: waiver.map(str::to_owned) }
+}
+
+fn spec() -> SpecMap {
+    let mut spec = SpecMap::new();
+    spec.insert("a.pass".into(), clause("001 collection §1", Level::Must, "Round trips keep values.", None));
+    spec.insert("b.unnamed".into(), clause("001 collection §1", Level::Must, "Units are required.", None));
+    spec.insert("c.fail".into(), clause("000 LMDB binding §2", Level::Should, "Readers refuse <bad> & broken files.", None));
+    spec.insert("d.waived".into(), clause("000 LMDB binding §2", Level::Must, "Map size is large.", Some("not observable")));
+    spec.insert("e.uncovered".into(), clause("000 LMDB binding §3", Level::Must, "Keys are big-endian.", None));
+    spec.insert("f.optional".into(), clause("000 LMDB binding §3", Level::May, "A reader may cache.", None));
+    spec.insert("g.known".into(), clause("001 collection §2", Level::Must, "Blocks are written.", None));
+    spec
+}
+
+fn outcome_of(report: &Report, trial: &str) -> Outcome {
+    report.results.iter().find(|e| e.result.trial == trial).unwrap().outcome
+}
+
+#[test]
+fn outcomes_and_counts() {
+    let r = report();
+    assert_eq!(outcome_of(&r, "collection::basic::write"), Outcome::Pass);
+    assert_eq!(outcome_of(&r, "collection::refusal-unnamed::write"), Outcome::Pass);
+    assert_eq!(outcome_of(&r, "collection::values-differ::read"), Outcome::Fail);
+    assert_eq!(outcome_of(&r, "collection::crashes::read"), Outcome::Error);
+    assert_eq!(outcome_of(&r, "collection::basic::golden"), Outcome::Unsupported);
+    assert_eq!(outcome_of(&r, "collection::known-bad::write"), Outcome::ExpectedFailure);
+    assert_eq!(outcome_of(&r, "collection::fixed-now::read"), Outcome::UnexpectedPass);
+    let known = r.results.iter().find(|e| e.result.case == "known-bad").unwrap();
+    assert_eq!(known.expected_failure.as_deref(), Some("does not write <blocks> & such yet"));
+    assert_eq!(
+        r.summary,
+        Summary {
+            total: 7,
+            pass: 2,
+            pass_unnamed: 1,
+            expected_failure: 1,
+            unexpected_pass: 1,
+            fail: 1,
+            error: 1,
+            unsupported: 1
+        }
+    );
+    assert_eq!(r.summary.unexpected(), 3);
+    let order: Vec<&str> = r.results.iter().map(|e| e.result.trial.as_str()).collect();
+    assert_eq!(
+        order,
+        [
+            "collection::basic::write",
+            "collection::basic::golden",
+            "collection::crashes::read",
+            "collection::fixed-now::read",
+            "collection::known-bad::write",
+            "collection::refusal-unnamed::write",
+            "collection::values-differ::read",
+        ]
+    );
+}
+
+#[test]
+fn unexpected_only_for_fail_error_and_unexpected_pass() {
+    assert!(report().has_unexpected());
+    let quiet: Vec<TrialResult> =
+        results().into_iter().filter(|t| !matches!(t.case.as_str(), "values-differ" | "crashes" | "fixed-now")).collect();
+    let expectations = Expectations::parse(EXPECTATIONS).unwrap();
+    let r = Report::new(description(), vec![], quiet, &expectations);
+    assert!(!r.has_unexpected(), "{:?}", r.summary);
+    // An expected error is an expected failure; an expected unsupported stays unsupported.
+    assert_eq!(Outcome::of(Verdict::Error, true), Outcome::ExpectedFailure);
+    assert_eq!(Outcome::of(Verdict::Unsupported, true), Outcome::Unsupported);
+    assert_eq!(Outcome::of(Verdict::PassUnnamed, true), Outcome::UnexpectedPass);
+}
+
+#[test]
+fn json_round_trips_and_is_flat() {
+    let r = report();
+    let json = r.to_json();
+    assert_eq!(Report::from_json(&json).unwrap(), r);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let first = &v["results"][0];
+    assert_eq!(first["trial"], "collection::basic::write");
+    assert_eq!(first["outcome"], "pass");
+    assert_eq!(first["verdict"], "pass");
+    assert_eq!(first["expected_failure"], serde_json::Value::Null);
+    assert_eq!(v["results"][3]["outcome"], "unexpected-pass");
+    assert_eq!(v["summary"]["pass_unnamed"], 1);
+    assert_eq!(v["implementation"]["name"], "test-impl");
+}
+
+#[test]
+fn expectations_parse() {
+    let e = Expectations::parse(EXPECTATIONS).unwrap();
+    assert_eq!(e.len(), 2);
+    assert_eq!(e.reason("collection::known-bad::write"), Some("does not write <blocks> & such yet"));
+    assert_eq!(e.reason("collection::known-bad::read"), Some("does not write <blocks> & such yet"));
+    assert_eq!(e.reason("collection::fixed-now::read"), Some("was broken"));
+    assert_eq!(e.reason("collection::fixed-now::write"), None);
+    assert_eq!(e.reason("collection::known-bad-2::write"), None);
+    assert!(Expectations::parse("").unwrap().is_empty());
+
+    // A trial entry wins over its case's entry.
+    let both = Expectations::parse(
+        "[[expected-failure]]\ncase = \"m::c\"\nreason = \"case\"\n[[expected-failure]]\ncase = \"m::c::read\"\nreason = \"trial\"\n",
+    )
+    .unwrap();
+    assert_eq!(both.reason("m::c::read"), Some("trial"));
+    assert_eq!(both.reason("m::c::write"), Some("case"));
+
+    let refused = |text: &str, needle: &str| {
+        let err = Expectations::parse(text).unwrap_err();
+        assert!(err.contains(needle), "{err}");
+    };
+    refused("[[expected-failure]]\ncase = \"m::c\"\n", "reason");
+    refused("[[expected-failure]]\ncase = \"m::c\"\nreason = \"  \"\n", "no reason");
+    refused("[[expected-failure]]\ncase = \"m::c\"\nreason = \"a\"\n[[expected-failure]]\ncase = \"m::c\"\nreason = \"b\"\n", "twice");
+    refused("[[expected-failure]]\ncase = \"m::c\"\nreason = \"a\"\nwhy = \"b\"\n", "why");
+    refused("[[expected_failure]]\ncase = \"m::c\"\nreason = \"a\"\n", "expected_failure");
+    refused("[[expected-failure]]\ncase = \"just-a-case\"\nreason = \"a\"\n", "neither");
+    refused("[[expected-failure]]\ncase = \"m::::read\"\nreason = \"a\"\n", "neither");
+    refused("not toml at all", "expectations");
+}
+
+#[test]
+fn expectations_unknown() {
+    let e = Expectations::parse(
+        "[[expected-failure]]\ncase = \"collection::basic\"\nreason = \"r\"\n\
+         [[expected-failure]]\ncase = \"collection::basic::golden\"\nreason = \"r\"\n\
+         [[expected-failure]]\ncase = \"collection::basic::read\"\nreason = \"no such direction\"\n\
+         [[expected-failure]]\ncase = \"collection::gone\"\nreason = \"no such case\"\n\
+         [[expected-failure]]\ncase = \"other::basic\"\nreason = \"no such module\"\n",
+    )
+    .unwrap();
+    let trials = report().trials();
+    assert_eq!(e.unknown(&trials), ["collection::basic::read", "collection::gone", "other::basic"]);
+    assert!(Expectations::parse(EXPECTATIONS).unwrap().unknown(&trials).is_empty());
+}
+
+/// Checks that `xml` is well formed enough: tags balance, attributes are
+/// quoted, and no raw `<` or `&` (outside an entity) is in text or values.
+fn check_xml(xml: &str) -> Vec<String> {
+    let body = xml.strip_prefix("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n").expect("xml declaration");
+    let mut stack: Vec<String> = Vec::new();
+    let mut rest = body;
+    let mut roots = 0;
+    while let Some(open) = rest.find('<') {
+        check_text(&rest[..open]);
+        let close = rest[open..].find('>').expect("unclosed tag") + open;
+        let tag = &rest[open + 1..close];
+        assert!(!tag.contains('<'), "raw < inside a tag: {tag}");
+        if let Some(name) = tag.strip_prefix('/') {
+            assert_eq!(stack.pop().as_deref(), Some(name), "unbalanced </{name}>");
+        } else {
+            let self_closing = tag.ends_with('/');
+            let tag = tag.trim_end_matches('/');
+            let (name, attrs) = tag.split_once(' ').unwrap_or((tag, ""));
+            check_attributes(attrs);
+            if stack.is_empty() {
+                roots += 1;
+            }
+            if !self_closing {
+                stack.push(name.to_owned());
+            }
+        }
+        rest = &rest[close + 1..];
+    }
+    check_text(rest);
+    assert!(stack.is_empty(), "unclosed: {stack:?}");
+    assert_eq!(roots, 1, "one root element");
+    stack
+}
+
+fn check_text(text: &str) {
+    for (i, _) in text.match_indices('&') {
+        let entity = &text[i..text[i..].find(';').map_or(text.len(), |j| i + j + 1)];
+        assert!(
+            ["&amp;", "&lt;", "&gt;", "&quot;", "&#39;", "&#10;", "&#13;", "&#9;"].contains(&entity),
+            "bad entity {entity}"
+        );
+    }
+    assert!(!text.contains('>') || text.trim().is_empty(), "raw > in text: {text}");
+}
+
+fn check_attributes(attrs: &str) {
+    let mut rest = attrs.trim();
+    while !rest.is_empty() {
+        let (name, value) = rest.split_once("=\"").expect("attribute without a quoted value");
+        assert!(!name.trim().is_empty() && !name.contains(' '), "attribute name {name:?}");
+        let end = value.find('"').expect("unterminated attribute");
+        let value = &value[..end];
+        assert!(!value.contains('\n') && !value.contains('<'), "raw newline or < in attribute {value:?}");
+        check_text(value);
+        rest = rest[name.len() + 2 + end + 1..].trim_start();
+    }
+}
+
+#[test]
+fn junit_is_well_formed_and_escaped() {
+    let xml = report().to_junit();
+    check_xml(&xml);
+    assert!(xml.contains(
+        "<testsuites name=\"molrec conformance: test-impl 1.2.3\" tests=\"7\" failures=\"2\" errors=\"1\" skipped=\"2\">"
+    ));
+    assert!(xml.contains("<testsuite name=\"collection\" tests=\"7\" failures=\"2\" errors=\"1\" skipped=\"2\">"));
+    assert!(xml.contains("<testcase name=\"basic::write\" classname=\"collection\"/>"));
+    assert!(xml.contains("<failure type=\"fail\" message=\"read back differs from the fixture in 1 place(s):\">"));
+    assert!(xml.contains("expected &lt;&amp;&gt;, got &quot;y&quot;"));
+    assert!(xml.contains("<error type=\"error\" message=\"process exited: signal 11\">"));
+    assert!(xml.contains("<skipped message=\"unsupported: does not read\"/>"));
+    assert!(xml.contains("<skipped message=\"expected failure (fail): does not write &lt;blocks&gt; &amp; such yet\">"));
+    assert!(xml.contains("<failure type=\"unexpected-pass\" message=\"passed, but expected to fail: was broken\">"));
+    assert!(xml.contains("<system-out>refused without naming a clause: units missing</system-out>"));
+    assert!(xml.contains("<property name=\"suite.version\" value=\"1\"/>"));
+    assert_eq!(xml.matches("<testcase ").count(), 7);
+}
+
+#[test]
+fn junit_escapes_control_characters_and_line_breaks_in_attributes() {
+    let mut results = results();
+    results[0].detail = "bad\u{1}byte \"q\" 'a'\r\nsecond line".into();
+    let r = Report::new(description(), vec![], results, &Expectations::default());
+    let xml = r.to_junit();
+    check_xml(&xml);
+    assert!(xml.contains("message=\"bad\u{FFFD}byte &quot;q&quot; &#39;a&#39;\""), "{xml}");
+    assert!(!xml.contains('\u{1}'));
+}
+
+#[test]
+fn escape_xml_attribute_keeps_line_breaks() {
+    assert_eq!(escape_xml("a\nb\tc<", true), "a&#10;b&#9;c&lt;");
+    assert_eq!(escape_xml("a\nb\tc<", false), "a\nb\tc&lt;");
+}
+
+#[test]
+fn markdown_has_summary_failures_and_coverage() {
+    let md = report().to_markdown(&spec());
+    assert!(md.starts_with("# Conformance report: test-impl 1.2.3\n"));
+    assert!(md.contains("**Result: 3 unexpected** (1 fail, 1 error, 1 unexpected pass)."));
+    assert!(md.contains("| pass | 2 |\n| … of which refused without naming a clause | 1 |\n"));
+    assert!(md.contains("| **total** | **7** |"));
+    // Details are fenced with a fence longer than any run of backticks inside.
+    assert!(md.contains(&format!("````text\n{}\n````\n", FAIL_DETAIL.trim_end())));
+    assert!(md.contains("### `collection::fixed-now::read` — unexpected pass"));
+    assert!(md.contains("- expected to fail: was broken"));
+    // Coverage: every clause, sorted, with its level and outcome.
+    let coverage = md.split("## Coverage").nth(1).unwrap();
+    let row = |id: &str| coverage.lines().find(|l| l.starts_with(&format!("| `{id}` |"))).unwrap_or_else(|| panic!("no row {id}"));
+    assert_eq!(
+        row("a.pass"),
+        "| `a.pass` | must | **partial 1/2** | `collection::basic` (write: pass, golden: unsupported); `collection::values-differ` (read: fail) |"
+    );
+    assert_eq!(row("b.unnamed"), "| `b.unnamed` | must | pass 1/1 | `collection::refusal-unnamed` (write: pass (no clause named)) |");
+    assert_eq!(
+        row("c.fail"),
+        "| `c.fail` | should | **fail 0/2** | `collection::crashes` (read: error); `collection::values-differ` (read: fail) |"
+    );
+    assert_eq!(row("d.waived"), "| `d.waived` | must | waived | waived: not observable |");
+    assert_eq!(row("e.uncovered"), "| `e.uncovered` | must | **NOT COVERED** |  |");
+    assert_eq!(row("f.optional"), "| `f.optional` | may | not covered |  |");
+    assert_eq!(
+        row("g.known"),
+        "| `g.known` | must | **partial 1/2 (1 expected)** | `collection::fixed-now` (read: unexpected pass); `collection::known-bad` (write: expected failure) |"
+    );
+    let ids: Vec<&str> = coverage.lines().filter_map(|l| l.strip_prefix("| `")).map(|l| &l[..l.find('`').unwrap()]).collect();
+    assert_eq!(ids, ["a.pass", "b.unnamed", "c.fail", "d.waived", "e.uncovered", "f.optional", "g.known"]);
+    assert!(md.contains("## Clauses not in the spec map\n\n- `z.unmapped`: `collection::known-bad` (write: expected failure)\n"));
+    assert!(md.contains("7 clauses: 1 pass, 2 partial, 1 fail, 0 unsupported, 1 waived, 2 not covered (1 of them *must*)."));
+    // Deterministic: the same results in another order give the same text.
+    let mut shuffled = results();
+    shuffled.reverse();
+    let mut again = Report::new(description(), vec![SuiteInfo { module: "collection".into(), version: 1 }], shuffled, &Expectations::parse(EXPECTATIONS).unwrap());
+    again.harness_version = "test".into();
+    assert_eq!(again.to_markdown(&spec()), md);
+}
+
+#[test]
+fn markdown_snapshot() {
+    insta::assert_snapshot!(report().to_markdown(&spec()));
+}
+
+#[test]
+fn markdown_when_all_is_well() {
+    let r = Report::new(description(), vec![], results().into_iter().filter(|t| t.verdict.passed() && t.case != "fixed-now").collect(), &Expectations::default());
+    let md = r.to_markdown(&spec());
+    assert!(md.contains("**Result: nothing unexpected.**"));
+    assert!(!md.contains("## Unexpected results"));
+    assert!(!md.contains("## Expected failures"));
+}
+
+#[test]
+fn html_is_self_contained_and_escaped() {
+    let other = {
+        let mut results = results();
+        for t in &mut results {
+            t.verdict = Verdict::Pass;
+            t.detail.clear();
+        }
+        let mut imp = description();
+        imp.name = "other <impl>".into();
+        Report::new(imp, vec![SuiteInfo { module: "collection".into(), version: 1 }], results, &Expectations::default())
+    };
+    let page = Report::to_html(&[report(), other], &spec());
+    assert!(page.starts_with("<!DOCTYPE html>"));
+    assert!(page.ends_with("</html>\n"));
+    for external in ["src=", "href=\"http", "@import", "url("] {
+        assert!(!page.contains(external), "external resource: {external}");
+    }
+    assert!(page.contains("other &lt;impl&gt;"));
+    assert!(!page.contains("other <impl>"));
+    assert!(page.contains("expected &lt;&amp;&gt;, got &quot;y&quot;"));
+    // Every clause has a row, inside a group per source section.
+    for id in spec().keys() {
+        assert!(page.contains(&format!("<details class=\"clause\" id=\"clause-{id}\"")), "{id}");
+    }
+    assert!(page.contains("<details class=\"clause\" id=\"clause-z.unmapped\""));
+    for source in ["000 LMDB binding §2", "000 LMDB binding §3", "001 collection §1", "001 collection §2", "Not in the spec map"] {
+        assert!(page.contains(&format!("<span class=\"src\">{source}</span>")), "{source}");
+    }
+    assert!(page.contains("NOT COVERED"));
+    assert!(page.contains("class=\"cell s-partial\""));
+    assert!(page.contains("class=\"cell s-waived\""));
+    for tag in ["details", "summary", "section", "table", "div", "pre", "tr", "td"] {
+        let opened = page.matches(&format!("<{tag}>")).count() + page.matches(&format!("<{tag} ")).count();
+        assert_eq!(opened, page.matches(&format!("</{tag}>")).count(), "<{tag}> unbalanced");
+    }
+}
+
+#[test]
+fn write_all_writes_four_files() {
+    let dir = std::env::temp_dir().join(format!("harness-report-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    report().write_all(&dir, &spec()).unwrap();
+    for name in ["report.json", "junit.xml", "report.md", "report.html"] {
+        let text = std::fs::read_to_string(dir.join(name)).unwrap();
+        assert!(!text.is_empty(), "{name}");
+    }
+    let back = Report::from_json(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    assert_eq!(back, report());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Writes a sample page to `/tmp/report-sample.html` for a look in a browser:
+/// `cargo test -p harness --lib report::tests::sample_page -- --ignored`.
+#[test]
+#[ignore]
+fn sample_page() {
+    let page = Report::to_html(&sample_reports(), &spec());
+    std::fs::write("/tmp/report-sample.html", page).unwrap();
+}
+
+fn sample_reports() -> Vec<Report> {
+    let mut reference = report();
+    for e in &mut reference.results {
+        if e.outcome != Outcome::Unsupported {
+            e.outcome = Outcome::Pass;
+            e.result.verdict = Verdict::Pass;
+            e.expected_failure = None;
+        }
+    }
+    reference.implementation.name = "molrec-reference".into();
+    reference.implementation.version = "0.1.0".into();
+    reference.summary = Summary::of(&reference.results);
+    vec![reference, report()]
+}

@@ -1,0 +1,286 @@
+//! Runs one (case, direction) against an implementation and decides the verdict.
+//!
+//! The verdict is the harness's own: file inspection (`inspect`), the
+//! expected logical content (`judge`) and malformed files (`recipe`) never
+//! call the implementation under test. The other side of a direction (the
+//! writer of a file an implementation reads, the reader of a file it wrote)
+//! is the reference, reached through the same `Implementation` trait.
+
+use crate::adapter::{Implementation, Outcome};
+use crate::inspect::inspect_file;
+use crate::judge;
+use crate::recipe::materialize;
+use crate::suite::{Case, Direction, Kind, Layout, Suite};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// How a trial ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// Did what the case asks.
+    Pass,
+    /// Refused as asked, without naming a clause.
+    PassUnnamed,
+    /// Did something else (accepted what it must refuse, named another clause, read back other content).
+    Fail,
+    /// Crashed, timed out, answered garbage, or the harness could not set the trial up.
+    Error,
+    /// The implementation does not do this operation.
+    Unsupported,
+}
+
+impl Verdict {
+    /// Whether this counts as passing.
+    pub fn passed(self) -> bool {
+        matches!(self, Verdict::Pass | Verdict::PassUnnamed)
+    }
+}
+
+/// The outcome of one trial, with everything a report needs.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TrialResult {
+    /// `module::case::direction`.
+    pub trial: String,
+    /// The suite module.
+    pub module: String,
+    /// The case id.
+    pub case: String,
+    /// The case title.
+    pub title: String,
+    /// The direction.
+    pub direction: Direction,
+    /// The case kind.
+    pub kind: Kind,
+    /// Clauses the case covers.
+    pub clauses: Vec<String>,
+    /// The clause a refusal must name.
+    pub expected_clause: Option<String>,
+    /// The clause the implementation named, when it refused.
+    pub named_clause: Option<String>,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Why, when it is not a plain pass (differences, findings, messages).
+    pub detail: String,
+}
+
+/// The trial name of a case in a direction.
+pub fn trial_name(module: &str, case: &str, direction: Direction) -> String {
+    format!("{module}::{case}::{direction}")
+}
+
+/// Everything a trial needs besides the implementation under test.
+pub struct Context<'a> {
+    /// Where suites and fixtures are.
+    pub layout: &'a Layout,
+    /// A scratch directory for the files of trials.
+    pub workdir: PathBuf,
+    /// Writes the files an implementation reads, and reads the files it writes.
+    pub reference: &'a mut dyn Implementation,
+}
+
+/// Runs `case` in `direction` against `imp`.
+pub fn run_trial(suite: &Suite, case: &Case, direction: Direction, imp: &mut dyn Implementation, ctx: &mut Context<'_>) -> TrialResult {
+    let mut result = TrialResult {
+        trial: trial_name(&suite.module, &case.id, direction),
+        module: suite.module.clone(),
+        case: case.id.clone(),
+        title: case.title.clone(),
+        direction,
+        kind: case.kind,
+        clauses: case.clauses.clone(),
+        expected_clause: case.expect.clone(),
+        named_clause: None,
+        verdict: Verdict::Error,
+        detail: String::new(),
+    };
+    if let Err(e) = std::fs::create_dir_all(&ctx.workdir) {
+        result.detail = format!("harness: cannot create {}: {e}", ctx.workdir.display());
+        return result;
+    }
+    let path = ctx.workdir.join(format!("{}-{}-{}.mrec.lmdb", suite.module, case.id, direction));
+    remove_file_and_lock(&path);
+    let (verdict, detail, named) = match (case.kind, direction) {
+        (Kind::RoundTrip, Direction::Write) => round_trip_write(case, imp, ctx, &path),
+        (Kind::RoundTrip, Direction::Read) => round_trip_read(case, imp, ctx, &path),
+        (Kind::RoundTrip, Direction::Golden) => round_trip_golden(case, imp, ctx, &path),
+        (Kind::WriteRefusal, Direction::Write) => write_refusal(case, imp, ctx, &path),
+        (Kind::ReadRefusal, Direction::Read) => read_refusal(case, imp, ctx, &path),
+        (kind, dir) => (Verdict::Error, format!("harness: a {kind:?} case has no {dir} direction"), None),
+    };
+    remove_file_and_lock(&path);
+    result.verdict = verdict;
+    result.detail = detail;
+    result.named_clause = named;
+    result
+}
+
+type Decided = (Verdict, String, Option<String>);
+
+fn fixture(case: &Case, ctx: &Context<'_>) -> Result<Value, String> {
+    let name = case.fixture.as_deref().ok_or("harness: the case has no fixture")?;
+    ctx.layout.fixture(name).map_err(|e| format!("harness: {e}"))
+}
+
+fn round_trip_write(case: &Case, imp: &mut dyn Implementation, ctx: &mut Context<'_>, path: &Path) -> Decided {
+    let fixture = match fixture(case, ctx) {
+        Ok(f) => f,
+        Err(e) => return (Verdict::Error, e, None),
+    };
+    match imp.write(&fixture, path) {
+        Outcome::Done(()) => {}
+        Outcome::Refused { message, clause } => {
+            return (Verdict::Fail, format!("refused a valid collection: {message}"), clause);
+        }
+        Outcome::Unsupported => return (Verdict::Unsupported, "does not write".into(), None),
+        Outcome::Error(e) => return (Verdict::Error, e, None),
+    }
+    let expected = match judge::expected_logical(&fixture) {
+        Ok(e) => e,
+        Err(e) => return (Verdict::Error, format!("harness: fixture: {e}"), None),
+    };
+    let findings = inspect_file(path, Some(&first_frame_blocks(&expected)));
+    if !findings.is_empty() {
+        let lines: Vec<String> = findings.iter().map(|f| format!("[{}] {}", f.clause, f.message)).collect();
+        return (Verdict::Fail, format!("file inspection:\n{}", lines.join("\n")), None);
+    }
+    match ctx.reference.read(path) {
+        Outcome::Done(actual) => judged(&fixture, &actual, "the reference read back"),
+        Outcome::Refused { message, clause } => (
+            Verdict::Fail,
+            format!("the reference refused the written file: {message}"),
+            clause,
+        ),
+        Outcome::Unsupported => (Verdict::Error, "harness: the reference does not read".into(), None),
+        Outcome::Error(e) => (Verdict::Error, format!("harness: the reference failed: {e}"), None),
+    }
+}
+
+fn round_trip_read(case: &Case, imp: &mut dyn Implementation, ctx: &mut Context<'_>, path: &Path) -> Decided {
+    if !imp.describe().capabilities.read {
+        return (Verdict::Unsupported, "does not read".into(), None);
+    }
+    let fixture = match fixture(case, ctx) {
+        Ok(f) => f,
+        Err(e) => return (Verdict::Error, e, None),
+    };
+    match ctx.reference.write(&fixture, path) {
+        Outcome::Done(()) => {}
+        other => return (Verdict::Error, format!("harness: the reference could not write the fixture: {other:?}"), None),
+    }
+    read_and_judge(&fixture, imp, path)
+}
+
+fn round_trip_golden(case: &Case, imp: &mut dyn Implementation, ctx: &mut Context<'_>, path: &Path) -> Decided {
+    if !imp.describe().capabilities.read {
+        return (Verdict::Unsupported, "does not read".into(), None);
+    }
+    let fixture = match fixture(case, ctx) {
+        Ok(f) => f,
+        Err(e) => return (Verdict::Error, e, None),
+    };
+    // Read a copy: opening may create a lock file beside the file.
+    if let Err(e) = std::fs::copy(case.golden_path(&ctx.layout.fixtures), path) {
+        return (Verdict::Error, format!("harness: cannot copy the golden file: {e}"), None);
+    }
+    read_and_judge(&fixture, imp, path)
+}
+
+fn read_and_judge(fixture: &Value, imp: &mut dyn Implementation, path: &Path) -> Decided {
+    match imp.read(path) {
+        Outcome::Done(actual) => judged(fixture, &actual, "read back"),
+        Outcome::Refused { message, clause } => (Verdict::Fail, format!("refused a valid file: {message}"), clause),
+        Outcome::Unsupported => (Verdict::Unsupported, "does not read".into(), None),
+        Outcome::Error(e) => (Verdict::Error, e, None),
+    }
+}
+
+fn judged(fixture: &Value, actual: &Value, what: &str) -> Decided {
+    match judge::compare(fixture, actual) {
+        Ok(diffs) if diffs.is_empty() => (Verdict::Pass, String::new(), None),
+        Ok(diffs) => {
+            let mut detail = format!("{what} differs from the fixture in {} place(s):\n", diffs.len());
+            for d in diffs.iter().take(20) {
+                detail.push_str(&format!("  {}: expected {}, got {}\n", d.path, d.expected, d.actual));
+            }
+            if let (Ok(e), Ok(a)) = (judge::expected_logical(fixture), judge::actual_logical(actual)) {
+                detail.push_str(&judge::short_diff(&e, &a, 40));
+            }
+            (Verdict::Fail, detail, None)
+        }
+        Err(e) => (Verdict::Fail, format!("{what} is not canonical JSON: {e}"), None),
+    }
+}
+
+fn write_refusal(case: &Case, imp: &mut dyn Implementation, ctx: &mut Context<'_>, path: &Path) -> Decided {
+    let fixture = match fixture(case, ctx) {
+        Ok(f) => f,
+        Err(e) => return (Verdict::Error, e, None),
+    };
+    match imp.write(&fixture, path) {
+        Outcome::Done(()) => (Verdict::Fail, "wrote a collection it must refuse".into(), None),
+        Outcome::Refused { message, clause } => refusal(case, message, clause),
+        Outcome::Unsupported => (Verdict::Unsupported, "does not write".into(), None),
+        Outcome::Error(e) => (Verdict::Error, e, None),
+    }
+}
+
+fn read_refusal(case: &Case, imp: &mut dyn Implementation, ctx: &mut Context<'_>, path: &Path) -> Decided {
+    if !imp.describe().capabilities.read {
+        return (Verdict::Unsupported, "does not read".into(), None);
+    }
+    let Some(recipe) = &case.recipe else {
+        return (Verdict::Error, "harness: a read refusal needs a recipe".into(), None);
+    };
+    let reference = &mut *ctx.reference;
+    let mut write_base = |json: &Value, out: &Path| -> Result<(), String> {
+        match reference.write(json, out) {
+            Outcome::Done(()) => Ok(()),
+            other => Err(format!("the reference could not write the base: {other:?}")),
+        }
+    };
+    if let Err(e) = materialize(recipe, path, &mut write_base, &ctx.layout.fixtures) {
+        return (Verdict::Error, format!("harness: recipe: {e}"), None);
+    }
+    match imp.read(path) {
+        Outcome::Done(_) => (Verdict::Fail, "read a malformed file without refusing it".into(), None),
+        Outcome::Refused { message, clause } => refusal(case, message, clause),
+        Outcome::Unsupported => (Verdict::Unsupported, "does not read".into(), None),
+        Outcome::Error(e) => (Verdict::Error, e, None),
+    }
+}
+
+fn refusal(case: &Case, message: String, clause: Option<String>) -> Decided {
+    match (&clause, &case.expect) {
+        (None, _) => (Verdict::PassUnnamed, format!("refused without naming a clause: {message}"), None),
+        (Some(named), Some(expected)) if named == expected => (Verdict::Pass, message, clause),
+        (Some(named), expected) => (
+            Verdict::Fail,
+            format!("refused naming `{named}`, expected `{}`: {message}", expected.as_deref().unwrap_or("?")),
+            clause,
+        ),
+    }
+}
+
+/// For each record of an expected logical collection, the blocks present at
+/// its first resolved frame (what that record's first frame must hold).
+fn first_frame_blocks(expected: &Value) -> Vec<Vec<String>> {
+    let records = expected.get("records").and_then(Value::as_array).cloned().unwrap_or_default();
+    records
+        .iter()
+        .map(|r| {
+            r.pointer("/trajectory/frames/0/blocks")
+                .and_then(Value::as_object)
+                .map(|b| b.keys().cloned().collect())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+fn remove_file_and_lock(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    let mut lock = path.as_os_str().to_owned();
+    lock.push("-lock");
+    let _ = std::fs::remove_file(PathBuf::from(lock));
+}

@@ -1,0 +1,265 @@
+//! Declarative suites: `suites/<module>.toml`, one case per `[[case]]`.
+//!
+//! A case names the clauses it covers, its kind, its fixture (a canonical-JSON
+//! collection under `fixtures/`) or a recipe for a malformed file, and for a
+//! refusal the clause the refusal must name.
+
+use crate::recipe::Recipe;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// What a case checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// The collection survives writing and reading unchanged.
+    RoundTrip,
+    /// A writer must refuse the fixture.
+    WriteRefusal,
+    /// A reader must refuse the file a recipe builds.
+    ReadRefusal,
+}
+
+/// One way of running a case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum Direction {
+    /// The implementation writes; the harness inspects the file, the
+    /// reference reads it back and the judge compares.
+    Write,
+    /// The reference writes (or a recipe builds the file); the implementation reads.
+    Read,
+    /// The implementation reads the committed golden file of the case.
+    Golden,
+}
+
+impl Direction {
+    /// The name used in trial names and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Direction::Write => "write",
+            Direction::Read => "read",
+            Direction::Golden => "golden",
+        }
+    }
+}
+
+impl fmt::Display for Direction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A case as written in a suite file.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Case {
+    /// Stable id, never reused.
+    pub id: String,
+    /// What the case shows, in a line.
+    pub title: String,
+    /// Clause ids (keys of `spec-map.toml`) the case covers.
+    pub clauses: Vec<String>,
+    /// Round trip or refusal.
+    pub kind: Kind,
+    /// Canonical-JSON collection, relative to `fixtures/`.
+    #[serde(default)]
+    pub fixture: Option<String>,
+    /// A malformed-file recipe (read refusals).
+    #[serde(default)]
+    pub recipe: Option<Recipe>,
+    /// The clause a refusal must name.
+    #[serde(default)]
+    pub expect: Option<String>,
+    /// Directions to run; defaults by kind.
+    #[serde(default)]
+    pub directions: Option<Vec<Direction>>,
+}
+
+impl Case {
+    /// The directions this case runs in (golden only where a golden file exists).
+    pub fn directions(&self, fixtures: &Path) -> Vec<Direction> {
+        let mut dirs = self.directions.clone().unwrap_or_else(|| match self.kind {
+            Kind::RoundTrip => vec![Direction::Write, Direction::Read, Direction::Golden],
+            Kind::WriteRefusal => vec![Direction::Write],
+            Kind::ReadRefusal => vec![Direction::Read],
+        });
+        if !self.golden_path(fixtures).is_file() {
+            dirs.retain(|d| *d != Direction::Golden);
+        }
+        dirs
+    }
+
+    /// Where this case's golden file lives, when it has one.
+    pub fn golden_path(&self, fixtures: &Path) -> PathBuf {
+        fixtures.join("golden").join(format!("{}.mrec.lmdb", self.id))
+    }
+}
+
+/// A suite file.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Suite {
+    /// Module name (`collection`), the first part of a trial name.
+    pub module: String,
+    /// Version of the suite, bumped when cases change meaning.
+    pub version: u32,
+    /// The cases.
+    #[serde(rename = "case", default)]
+    pub cases: Vec<Case>,
+}
+
+/// An entry of `spec-map.toml`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Clause {
+    /// Spec file name and section heading.
+    pub source: String,
+    /// `must`, `should` or `may`.
+    pub level: Level,
+    /// What the statement requires, in our words.
+    pub text: String,
+    /// Why no case covers it, when none does.
+    #[serde(default)]
+    pub waiver: Option<String>,
+}
+
+/// Normative strength of a clause.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    /// Required.
+    Must,
+    /// Recommended.
+    Should,
+    /// Allowed.
+    May,
+}
+
+/// `spec-map.toml`: clause id -> clause.
+pub type SpecMap = BTreeMap<String, Clause>;
+
+/// Where the project's declarative files are.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    /// `suites/`
+    pub suites: PathBuf,
+    /// `fixtures/`
+    pub fixtures: PathBuf,
+    /// `spec-map.toml`
+    pub spec_map: PathBuf,
+}
+
+impl Layout {
+    /// The layout of the repository the harness crate sits in.
+    pub fn repository() -> Layout {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap_or(Path::new(".")).to_path_buf();
+        Layout::at(&root)
+    }
+
+    /// The layout under `root`.
+    pub fn at(root: &Path) -> Layout {
+        Layout { suites: root.join("suites"), fixtures: root.join("fixtures"), spec_map: root.join("spec-map.toml") }
+    }
+
+    /// Loads every suite file, sorted by module.
+    pub fn suites(&self) -> Result<Vec<Suite>, String> {
+        let mut suites = Vec::new();
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(&self.suites)
+            .map_err(|e| format!("{}: {e}", self.suites.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .collect();
+        entries.sort();
+        for path in entries {
+            let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let suite: Suite = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            suites.push(suite);
+        }
+        Ok(suites)
+    }
+
+    /// Loads `spec-map.toml`.
+    pub fn spec_map(&self) -> Result<SpecMap, String> {
+        let text = std::fs::read_to_string(&self.spec_map).map_err(|e| format!("{}: {e}", self.spec_map.display()))?;
+        #[derive(Deserialize)]
+        struct File {
+            clause: SpecMap,
+        }
+        let file: File = toml::from_str(&text).map_err(|e| format!("{}: {e}", self.spec_map.display()))?;
+        Ok(file.clause)
+    }
+
+    /// Reads a fixture.
+    pub fn fixture(&self, name: &str) -> Result<serde_json::Value, String> {
+        let path = self.fixtures.join(name);
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+/// Problems with the suites themselves: duplicate ids, unknown clauses,
+/// missing or unused fixtures, malformed cases. Empty = clean.
+pub fn lint(layout: &Layout) -> Vec<String> {
+    let mut problems = Vec::new();
+    let suites = match layout.suites() {
+        Ok(s) => s,
+        Err(e) => return vec![e],
+    };
+    let map = match layout.spec_map() {
+        Ok(m) => m,
+        Err(e) => return vec![e],
+    };
+    let mut ids = BTreeSet::new();
+    let mut used = BTreeSet::new();
+    for suite in &suites {
+        for case in &suite.cases {
+            let name = format!("{}::{}", suite.module, case.id);
+            if !ids.insert(name.clone()) {
+                problems.push(format!("{name}: duplicate case id"));
+            }
+            if case.clauses.is_empty() {
+                problems.push(format!("{name}: covers no clause"));
+            }
+            for clause in case.clauses.iter().chain(case.expect.iter()) {
+                if !map.contains_key(clause) {
+                    problems.push(format!("{name}: unknown clause id `{clause}`"));
+                }
+            }
+            match (case.kind, &case.fixture, &case.recipe, &case.expect) {
+                (Kind::RoundTrip, Some(_), None, None) | (Kind::WriteRefusal, Some(_), None, Some(_)) => {}
+                (Kind::ReadRefusal, None, Some(_), Some(_)) => {}
+                _ => problems.push(format!(
+                    "{name}: a round trip has a fixture, a write refusal a fixture and `expect`, a read refusal a recipe and `expect`"
+                )),
+            }
+            let mut fixtures: Vec<&String> = case.fixture.iter().collect();
+            if let Some(crate::recipe::Base::Fixture(f)) = case.recipe.as_ref().map(|r| &r.base) {
+                fixtures.push(f);
+            }
+            for f in fixtures {
+                if !layout.fixtures.join(f).is_file() {
+                    problems.push(format!("{name}: fixture `{f}` does not exist"));
+                }
+                used.insert(PathBuf::from(f));
+            }
+            if let Some(expect) = &case.expect {
+                if !case.clauses.contains(expect) {
+                    problems.push(format!("{name}: `expect` {expect} is not among its clauses"));
+                }
+            }
+        }
+    }
+    for entry in walkdir::WalkDir::new(&layout.fixtures).into_iter().filter_map(Result::ok) {
+        let path = entry.path();
+        if path.extension().is_some_and(|x| x == "json") && !path.starts_with(layout.fixtures.join("golden")) {
+            let rel = path.strip_prefix(&layout.fixtures).unwrap_or(path).to_path_buf();
+            if !used.contains(&rel) {
+                problems.push(format!("fixture `{}` is used by no case", rel.display()));
+            }
+        }
+    }
+    problems
+}

@@ -1,0 +1,1323 @@
+//! Frame bytes (spec text 000 "Frame bytes", DIGEST §4): one frame — a
+//! system, a trajectory update, the index, the force field — as one value
+//! whose numeric buffers a reader can view in place.
+//!
+//! ```text
+//! value   := "MRF1" | u32 LE header_length | header (UTF-8 JSON)
+//!            | zero padding to a multiple of 8 (from the start of value) | payload
+//! ```
+//!
+//! Every numeric column is one C-order little-endian buffer at an 8-aligned
+//! offset into the payload; the encoder pads every buffer to a multiple of 8
+//! so the next offset stays aligned. String columns live in the header.
+//!
+//! [`decode`] checks everything a reader must refuse (each refusal names its
+//! clause) and borrows the buffers from the value; [`ColumnRef::to_column`]
+//! copies a column out, [`ColumnRef::f64_view`] / [`ColumnRef::u64_view`]
+//! view it in place when the real address allows.
+//!
+//! Duplicate keys: a repeated key of the header's own objects (a header,
+//! block or column entry field), a repeated block name and a repeated column
+//! name are refused ([`Clause::FrameHeaderJson`]); inside the free-form
+//! documents (`meta`, `attributes`, `targets`, `meta_types`) the last
+//! occurrence wins, as `serde_json`'s map does.
+
+use crate::clause::Clause;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::model::{Block, Cell, Column, ColumnData, Document};
+use crate::typed_json::{self, MetaTag, EXACT_INTEGER_LIMIT};
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::ser::{SerializeMap, Serializer};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// The four bytes every frame value starts with.
+pub const MAGIC: [u8; 4] = *b"MRF1";
+
+/// Largest header accepted, in bytes: 64 MiB.
+///
+/// The bound keeps a hostile `header_length` from making a reader allocate or
+/// parse a large amount of memory: real headers are a few KiB, but string
+/// columns live in the header, so a big topology (names, elements, residue
+/// names of a large system) can need a few MiB. A value whose header would be
+/// larger is refused with [`Clause::FrameHeaderBounds`].
+pub const MAX_HEADER_LEN: u32 = 64 << 20;
+
+/// The non-block parts of a frame header.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FrameInfo {
+    /// The frame's meta document, values in typed JSON (written as given).
+    pub meta: Document,
+    /// Tags of the meta keys (system frames); `None` on trajectory updates
+    /// and the force field.
+    pub meta_types: Option<BTreeMap<String, MetaTag>>,
+    /// The step number (trajectory updates).
+    pub step: Option<i64>,
+    /// The time (trajectory updates, when the trajectory has times).
+    pub time: Option<f64>,
+    /// The cell (`box`), where it is set or changes.
+    pub cell: Option<Cell>,
+}
+
+/// A decoded frame borrowing its buffers from the value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FrameRef<'a> {
+    /// Blocks by name.
+    pub blocks: BTreeMap<String, BlockRef<'a>>,
+    /// Meta, meta types, step, time and cell.
+    pub info: FrameInfo,
+}
+
+/// A decoded block.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BlockRef<'a> {
+    /// Rows.
+    pub count: u64,
+    /// Optional structural shape (not checked against `count` here).
+    pub structural_shape: Option<Vec<u64>>,
+    /// Row-reference targets: column -> target.
+    pub targets: BTreeMap<String, String>,
+    /// The block's own attributes.
+    pub attributes: Document,
+    /// Columns by name.
+    pub columns: BTreeMap<String, ColumnRef<'a>>,
+}
+
+/// A decoded column: its buffers are slices of the value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ColumnRef<'a> {
+    /// Dtype, one of the 13.
+    pub dtype: DType,
+    /// Full shape; `shape[0]` is the block's count.
+    pub shape: Vec<u64>,
+    /// Declared precision, when the header carries one.
+    pub precision: Option<f64>,
+    /// The raw mask, `shape[0]` bytes of 0 / 1, when the header has `validity`.
+    pub validity: Option<&'a [u8]>,
+    /// The values.
+    pub data: ColumnBytes<'a>,
+}
+
+/// Where a column's values are.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ColumnBytes<'a> {
+    /// A numeric buffer: `prod(shape) * itemsize` little-endian bytes.
+    Buffer(&'a [u8]),
+    /// A string column's values, flat and row-major, from the header.
+    Strings(Vec<String>),
+}
+
+// ---------------------------------------------------------------------------
+// Encoding
+// ---------------------------------------------------------------------------
+
+/// Appends the encoding of one frame to `out` (cleared first).
+///
+/// `with_precision`: write each column's `precision` key (system, index
+/// frames), else omit it (trajectory updates, the force field).
+///
+/// The encoder trusts its input to be validated: each column's values hold
+/// `prod(shape)` elements and its mask `shape[0]` entries; meta values are
+/// already canonical typed JSON. An all-true mask is not written (it is the
+/// same value as no mask). An undefined cell is written with identity vectors
+/// and an all-false boundary (DIGEST §8).
+///
+/// # Panics
+///
+/// Only if the header exceeds `u32::MAX` bytes. A header above
+/// [`MAX_HEADER_LEN`] is written but [`decode`] refuses it.
+pub fn encode(
+    blocks: &BTreeMap<String, Block>,
+    info: &FrameInfo,
+    with_precision: bool,
+    out: &mut Vec<u8>,
+) {
+    out.clear();
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&[0; 4]);
+    let header = HeaderSer {
+        blocks,
+        info,
+        with_precision,
+        next: std::cell::Cell::new(0),
+    };
+    serde_json::to_writer(&mut *out, &header)
+        .expect("serializing a frame header cannot fail: keys are strings");
+    let header_len = u32::try_from(out.len() - 8).expect("frame header larger than 4 GiB");
+    out[4..8].copy_from_slice(&header_len.to_le_bytes());
+    pad8(out);
+    let payload_len = usize::try_from(header.next.get()).unwrap_or(0);
+    out.reserve(payload_len);
+    for block in blocks.values() {
+        for column in block.columns.values() {
+            write_buffer(&column.data, out);
+            if let Some(mask) = written_mask(column) {
+                put(out, mask, |b| [b as u8]);
+            }
+        }
+    }
+}
+
+/// Zero bytes up to the next multiple of 8.
+fn pad8(out: &mut Vec<u8>) {
+    let len = out.len().next_multiple_of(8);
+    out.resize(len, 0);
+}
+
+/// Bytes of a numeric buffer (0 for strings: no buffer).
+fn buffer_len(data: &ColumnData) -> u64 {
+    (data.len() as u64).saturating_mul(data.dtype().item_size().unwrap_or(0) as u64)
+}
+
+/// The mask the encoder writes: none when absent or all true.
+fn written_mask(column: &Column) -> Option<&[bool]> {
+    column.validity.as_deref().filter(|m| !m.iter().all(|&b| b))
+}
+
+/// Appends `values` as `N`-byte little-endian items, then pads to 8.
+fn put<T: Copy, const N: usize>(out: &mut Vec<u8>, values: &[T], bytes: impl Fn(T) -> [u8; N]) {
+    let start = out.len();
+    out.resize(start + values.len() * N, 0);
+    for (dst, &v) in out[start..].chunks_exact_mut(N).zip(values) {
+        dst.copy_from_slice(&bytes(v));
+    }
+    pad8(out);
+}
+
+fn write_buffer(data: &ColumnData, out: &mut Vec<u8>) {
+    match data {
+        ColumnData::F64(v) => put(out, v, f64::to_le_bytes),
+        ColumnData::I8(v) => put(out, v, i8::to_le_bytes),
+        ColumnData::I16(v) => put(out, v, i16::to_le_bytes),
+        ColumnData::I32(v) => put(out, v, i32::to_le_bytes),
+        ColumnData::I64(v) => put(out, v, i64::to_le_bytes),
+        ColumnData::U8(v) => put(out, v, u8::to_le_bytes),
+        ColumnData::U16(v) => put(out, v, u16::to_le_bytes),
+        ColumnData::U32(v) => put(out, v, u32::to_le_bytes),
+        ColumnData::U64(v) => put(out, v, u64::to_le_bytes),
+        ColumnData::Bool(v) => put(out, v, |b| [b as u8]),
+        ColumnData::String(_) => {}
+        ColumnData::C64(v) => put(out, v, |[re, im]: [f32; 2]| {
+            let mut b = [0; 8];
+            b[..4].copy_from_slice(&re.to_le_bytes());
+            b[4..].copy_from_slice(&im.to_le_bytes());
+            b
+        }),
+        ColumnData::C128(v) => put(out, v, |[re, im]: [f64; 2]| {
+            let mut b = [0; 16];
+            b[..8].copy_from_slice(&re.to_le_bytes());
+            b[8..].copy_from_slice(&im.to_le_bytes());
+            b
+        }),
+    }
+}
+
+/// The header, serialized straight into the output. Offsets are handed out
+/// by `next` in the order the payload is then written (blocks by name,
+/// columns by name, each column's buffer then its mask).
+struct HeaderSer<'a> {
+    blocks: &'a BTreeMap<String, Block>,
+    info: &'a FrameInfo,
+    with_precision: bool,
+    next: std::cell::Cell<u64>,
+}
+
+impl HeaderSer<'_> {
+    /// The offset of the next buffer of `len` bytes; advances past its padding.
+    fn alloc(&self, len: u64) -> u64 {
+        let at = self.next.get();
+        self.next.set(at.saturating_add(len.saturating_add(7) & !7));
+        at
+    }
+}
+
+impl Serialize for HeaderSer<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("blocks", &BlocksSer(self))?;
+        m.serialize_entry("meta", &self.info.meta)?;
+        if let Some(tags) = &self.info.meta_types {
+            m.serialize_entry("meta_types", &TagsSer(tags))?;
+        }
+        if let Some(step) = self.info.step {
+            m.serialize_entry("step", &TypedInt(step))?;
+        }
+        if let Some(time) = self.info.time {
+            m.serialize_entry("time", &TypedF64(time))?;
+        }
+        if let Some(cell) = &self.info.cell {
+            m.serialize_entry("box", &BoxSer(cell))?;
+        }
+        m.end()
+    }
+}
+
+struct BlocksSer<'h, 'a>(&'h HeaderSer<'a>);
+
+impl Serialize for BlocksSer<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(
+            self.0
+                .blocks
+                .iter()
+                .map(|(name, block)| (name, BlockSer(self.0, block))),
+        )
+    }
+}
+
+struct BlockSer<'h, 'a>(&'h HeaderSer<'a>, &'a Block);
+
+impl Serialize for BlockSer<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let BlockSer(h, block) = *self;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("count", &block.count)?;
+        m.serialize_entry("structural_shape", &block.structural_shape)?;
+        m.serialize_entry("columns", &ColumnsSer(h, block))?;
+        if !block.targets.is_empty() {
+            m.serialize_entry("targets", &block.targets)?;
+        }
+        if !block.attributes.is_empty() {
+            m.serialize_entry("attributes", &block.attributes)?;
+        }
+        m.end()
+    }
+}
+
+struct ColumnsSer<'h, 'a>(&'h HeaderSer<'a>, &'a Block);
+
+impl Serialize for ColumnsSer<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(
+            self.1
+                .columns
+                .iter()
+                .map(|(name, column)| (name, ColumnSer(self.0, column))),
+        )
+    }
+}
+
+struct ColumnSer<'h, 'a>(&'h HeaderSer<'a>, &'a Column);
+
+impl Serialize for ColumnSer<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let ColumnSer(h, column) = *self;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("dtype", column.dtype().name())?;
+        m.serialize_entry("shape", &column.shape)?;
+        match &column.data {
+            ColumnData::String(values) => m.serialize_entry("values", values)?,
+            data => m.serialize_entry("offset", &h.alloc(buffer_len(data)))?,
+        }
+        if let Some(mask) = written_mask(column) {
+            m.serialize_entry("validity", &h.alloc(mask.len() as u64))?;
+        }
+        if let (true, Some(p)) = (h.with_precision, column.precision) {
+            m.serialize_entry("precision", &p)?;
+        }
+        m.end()
+    }
+}
+
+struct TagsSer<'a>(&'a BTreeMap<String, MetaTag>);
+
+impl Serialize for TagsSer<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, t)| (k, t.name())))
+    }
+}
+
+/// A typed i64: a number up to 2^53 in magnitude, a decimal string beyond.
+struct TypedInt(i64);
+
+impl Serialize for TypedInt {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if (self.0 as i128).abs() <= EXACT_INTEGER_LIMIT {
+            s.serialize_i64(self.0)
+        } else {
+            s.collect_str(&self.0)
+        }
+    }
+}
+
+/// A typed f64: a number when finite, `"NaN"`, `"Infinity"`, `"-Infinity"` otherwise.
+struct TypedF64(f64);
+
+impl Serialize for TypedF64 {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let v = self.0;
+        if v.is_finite() {
+            s.serialize_f64(v)
+        } else if v.is_nan() {
+            s.serialize_str("NaN")
+        } else if v > 0.0 {
+            s.serialize_str("Infinity")
+        } else {
+            s.serialize_str("-Infinity")
+        }
+    }
+}
+
+struct BoxSer<'a>(&'a Cell);
+
+impl Serialize for BoxSer<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let cell = self.0;
+        let (vectors, boundary) = if cell.defined {
+            (cell.vectors, cell.boundary)
+        } else {
+            (Cell::IDENTITY, [false; 3])
+        };
+        let row = |i: usize| {
+            [
+                TypedF64(vectors[3 * i]),
+                TypedF64(vectors[3 * i + 1]),
+                TypedF64(vectors[3 * i + 2]),
+            ]
+        };
+        let mut m = s.serialize_map(Some(4))?;
+        m.serialize_entry("vectors", &[row(0), row(1), row(2)])?;
+        m.serialize_entry("origin", &cell.origin.map(TypedF64))?;
+        m.serialize_entry("boundary", &boundary)?;
+        m.serialize_entry("cell_defined", &cell.defined)?;
+        m.end()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Decoding
+// ---------------------------------------------------------------------------
+
+/// Decodes and checks a frame value.
+///
+/// Never panics, never reads out of bounds, and allocates only for the
+/// header's own content (names, shapes, strings, documents: a small multiple
+/// of the header's size) — never according to a size stated in the header.
+/// Every size is computed with checked arithmetic. Bool buffers and masks are
+/// checked to hold only 0 / 1 bytes.
+///
+/// Not checked here (they are rules of the model, not of the bytes): a
+/// `structural_shape` product, a precision's range or dtype, meta keys
+/// without a tag, row references, and the zero padding bytes themselves.
+pub fn decode(value: &[u8]) -> Result<FrameRef<'_>> {
+    if value.len() < 8 {
+        return Err(Error::refused(
+            Clause::FrameTooShort,
+            "",
+            format!(
+                "a frame value has at least 8 bytes, this one has {}",
+                value.len()
+            ),
+        ));
+    }
+    if value[..4] != MAGIC {
+        return Err(Error::refused(
+            Clause::FrameMagic,
+            "",
+            format!(
+                "unknown magic {:?}, expected \"MRF1\"",
+                String::from_utf8_lossy(&value[..4])
+            ),
+        ));
+    }
+    let header_len = u32::from_le_bytes([value[4], value[5], value[6], value[7]]);
+    if header_len > MAX_HEADER_LEN {
+        return Err(Error::refused(
+            Clause::FrameHeaderBounds,
+            "header",
+            format!("header length {header_len} exceeds the limit of {MAX_HEADER_LEN} bytes"),
+        ));
+    }
+    // header_len <= 64 MiB: these cannot overflow, but stay checked.
+    let header_end = (header_len as usize).checked_add(8);
+    let payload_start = header_end.and_then(|e| e.checked_next_multiple_of(8));
+    let (Some(header_end), Some(payload_start)) = (header_end, payload_start) else {
+        return Err(Error::refused(
+            Clause::FrameHeaderBounds,
+            "header",
+            "header length overflows",
+        ));
+    };
+    if payload_start > value.len() {
+        return Err(Error::refused(
+            Clause::FrameHeaderBounds,
+            "header",
+            format!(
+                "header of {header_len} bytes and its padding end at byte {payload_start}, past the value's {} bytes",
+                value.len()
+            ),
+        ));
+    }
+    let text = std::str::from_utf8(&value[8..header_end]).map_err(|e| {
+        Error::refused(
+            Clause::FrameHeaderJson,
+            "header",
+            format!("header is not UTF-8: {e}"),
+        )
+    })?;
+
+    let ctx = Ctx {
+        value,
+        payload_start,
+        stash: std::cell::Cell::new(None),
+    };
+    let mut de = serde_json::Deserializer::from_str(text);
+    let raw = HeaderSeed { ctx: &ctx }
+        .deserialize(&mut de)
+        .and_then(|raw| de.end().map(|()| raw));
+    let raw = match raw {
+        Ok(raw) => raw,
+        Err(e) => {
+            return Err(ctx.stash.take().unwrap_or_else(|| {
+                Error::refused(Clause::FrameHeaderJson, "header", e.to_string())
+            }))
+        }
+    };
+    finish(raw)
+}
+
+/// Checks the typed parts of the header (meta against meta_types, step,
+/// time, box) and assembles the frame.
+fn finish(raw: RawHeader<'_>) -> Result<FrameRef<'_>> {
+    let mut meta = raw.meta.unwrap_or_default();
+    let meta_types = match raw.meta_types {
+        None => None,
+        Some(names) => {
+            let mut tags = BTreeMap::new();
+            for (key, TagName(tag)) in names {
+                let tag = match tag {
+                    Ok(tag) => tag,
+                    Err(name) => {
+                        return Err(Error::refused(
+                            Clause::MetaTagClosedSet,
+                            format!("meta_types.{key}"),
+                            format!("{name:?} is not one of the 16 meta tags"),
+                        ))
+                    }
+                };
+                if let Some(v) = meta.get_mut(&key) {
+                    *v = typed_json::normalize(tag, v).map_err(|e| {
+                        Error::refused(Clause::TypedValue, format!("meta.{key}"), e)
+                    })?;
+                }
+                tags.insert(key, tag);
+            }
+            Some(tags)
+        }
+    };
+    let step = match raw.step {
+        None => None,
+        Some(v) => {
+            let n = typed_json::int_from_json(&v)
+                .map_err(|e| Error::refused(Clause::TypedValue, "step", e))?;
+            Some(i64::try_from(n).map_err(|_| {
+                Error::refused(Clause::TypedValue, "step", format!("{n} is not an i64"))
+            })?)
+        }
+    };
+    let time = match raw.time {
+        None => None,
+        Some(v) => Some(
+            typed_json::f64_from_json(&v)
+                .map_err(|e| Error::refused(Clause::TypedValue, "time", e))?,
+        ),
+    };
+    let cell = raw.cell.as_ref().map(parse_box).transpose()?;
+    Ok(FrameRef {
+        blocks: raw.blocks,
+        info: FrameInfo {
+            meta,
+            meta_types,
+            step,
+            time,
+            cell,
+        },
+    })
+}
+
+/// Reads a `box` entry (canonical JSON's form; keys other than `vectors` default).
+fn parse_box(v: &Value) -> Result<Cell> {
+    let bad = |detail: String| Error::refused(Clause::BoxShape, "box", detail);
+    let Value::Object(obj) = v else {
+        return Err(bad(format!(
+            "expected an object, got {}",
+            typed_json::brief(v)
+        )));
+    };
+    let f64s = |v: &Value, what: &str| -> Result<[f64; 3]> {
+        match v {
+            Value::Array(a) if a.len() == 3 => {
+                let mut out = [0.0; 3];
+                for (o, x) in out.iter_mut().zip(a) {
+                    *o = typed_json::f64_from_json(x).map_err(|e| bad(format!("{what}: {e}")))?;
+                }
+                Ok(out)
+            }
+            other => Err(bad(format!(
+                "{what}: expected an array of 3 numbers, got {}",
+                typed_json::brief(other)
+            ))),
+        }
+    };
+    let mut vectors = [0.0; 9];
+    match obj.get("vectors") {
+        Some(Value::Array(rows)) if rows.len() == 3 => {
+            for (i, row) in rows.iter().enumerate() {
+                vectors[3 * i..3 * i + 3].copy_from_slice(&f64s(row, "vectors")?);
+            }
+        }
+        Some(other) => {
+            return Err(bad(format!(
+                "vectors: expected 3 rows of 3, got {}",
+                typed_json::brief(other)
+            )))
+        }
+        None => return Err(bad("a box needs `vectors`".into())),
+    }
+    let origin = match obj.get("origin") {
+        None => [0.0; 3],
+        Some(v) => f64s(v, "origin")?,
+    };
+    let boundary = match obj.get("boundary") {
+        None => [true; 3],
+        Some(Value::Array(a)) if a.len() == 3 && a.iter().all(Value::is_boolean) => [
+            a[0] == Value::Bool(true),
+            a[1] == Value::Bool(true),
+            a[2] == Value::Bool(true),
+        ],
+        Some(other) => {
+            return Err(bad(format!(
+                "boundary: expected 3 bools, got {}",
+                typed_json::brief(other)
+            )))
+        }
+    };
+    let defined = match obj.get("cell_defined") {
+        None => true,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            return Err(bad(format!(
+                "cell_defined: expected a bool, got {}",
+                typed_json::brief(other)
+            )))
+        }
+    };
+    if defined {
+        return Ok(Cell {
+            vectors,
+            origin,
+            boundary,
+            defined,
+        });
+    }
+    if boundary.iter().any(|&b| b) {
+        return Err(Error::refused(
+            Clause::BoxUndefinedBoundary,
+            "box.boundary",
+            "an undefined cell has no periodic axis",
+        ));
+    }
+    Ok(Cell {
+        vectors: Cell::IDENTITY,
+        origin,
+        boundary,
+        defined,
+    })
+}
+
+/// What the header parse needs besides the JSON: the value (buffers are
+/// resolved while parsing) and a slot for a refusal raised inside serde.
+struct Ctx<'a> {
+    value: &'a [u8],
+    payload_start: usize,
+    stash: std::cell::Cell<Option<Error>>,
+}
+
+impl<'a> Ctx<'a> {
+    /// Keeps `err` for `decode` to return and stops the parse.
+    fn fail<E: de::Error>(&self, err: Error) -> E {
+        self.stash.set(Some(err));
+        E::custom("refused")
+    }
+
+    /// The `len` bytes at payload offset `offset`, if they lie inside the value.
+    fn buffer(&self, offset: u64, len: usize) -> Option<&'a [u8]> {
+        let start = usize::try_from(offset)
+            .ok()?
+            .checked_add(self.payload_start)?;
+        self.value.get(start..start.checked_add(len)?)
+    }
+}
+
+/// The product of a shape; `None` when an intermediate product overflows
+/// (a shape with a zero axis has product 0 whatever its other axes).
+fn product(shape: &[u64]) -> Option<u64> {
+    if shape.contains(&0) {
+        return Some(0);
+    }
+    shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d))
+}
+
+/// Stores a struct field, refusing a repeated key.
+fn set<T, E: de::Error>(slot: &mut Option<T>, value: T, field: &'static str) -> Result<(), E> {
+    if slot.is_some() {
+        return Err(E::duplicate_field(field));
+    }
+    *slot = Some(value);
+    Ok(())
+}
+
+struct RawHeader<'a> {
+    blocks: BTreeMap<String, BlockRef<'a>>,
+    meta: Option<Document>,
+    meta_types: Option<BTreeMap<String, TagName>>,
+    step: Option<Value>,
+    time: Option<Value>,
+    cell: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum HeaderField {
+    Blocks,
+    Meta,
+    MetaTypes,
+    Step,
+    Time,
+    #[serde(rename = "box")]
+    Cell,
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum BlockField {
+    Count,
+    StructuralShape,
+    Columns,
+    Targets,
+    Attributes,
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum ColumnField {
+    Dtype,
+    Shape,
+    Offset,
+    Values,
+    Validity,
+    Precision,
+    #[serde(other)]
+    Other,
+}
+
+/// A dtype name: known, or the unknown name (refused after the parse, with its clause).
+struct DTypeName(Result<DType, String>);
+
+impl<'de> Deserialize<'de> for DTypeName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = DTypeName;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a dtype name")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<DTypeName, E> {
+                Ok(DTypeName(DType::parse(s).ok_or_else(|| s.to_owned())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// A meta tag name: known, or the unknown name.
+struct TagName(Result<MetaTag, String>);
+
+impl<'de> Deserialize<'de> for TagName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = TagName;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a meta tag name")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<TagName, E> {
+                Ok(TagName(MetaTag::parse(s).ok_or_else(|| s.to_owned())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// The header object. Each seed below is its own visitor and accepts only a
+/// JSON object (`deserialize_map`), never serde's sequence form of a struct.
+struct HeaderSeed<'c, 'a> {
+    ctx: &'c Ctx<'a>,
+}
+
+impl<'de, 'a> DeserializeSeed<'de> for HeaderSeed<'_, 'a> {
+    type Value = RawHeader<'a>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, 'a> Visitor<'de> for HeaderSeed<'_, 'a> {
+    type Value = RawHeader<'a>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a frame header object")
+    }
+    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+        let (mut blocks, mut meta, mut meta_types, mut step, mut time, mut cell) =
+            (None, None, None, None, None, None);
+        while let Some(key) = map.next_key::<HeaderField>()? {
+            match key {
+                HeaderField::Blocks => set(
+                    &mut blocks,
+                    map.next_value_seed(BlocksSeed { ctx: self.ctx })?,
+                    "blocks",
+                )?,
+                HeaderField::Meta => set(&mut meta, map.next_value()?, "meta")?,
+                HeaderField::MetaTypes => set(&mut meta_types, map.next_value()?, "meta_types")?,
+                HeaderField::Step => set(&mut step, map.next_value()?, "step")?,
+                HeaderField::Time => set(&mut time, map.next_value()?, "time")?,
+                HeaderField::Cell => set(&mut cell, map.next_value()?, "box")?,
+                HeaderField::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        let blocks = blocks.ok_or_else(|| de::Error::missing_field("blocks"))?;
+        Ok(RawHeader {
+            blocks,
+            meta,
+            meta_types,
+            step,
+            time,
+            cell,
+        })
+    }
+}
+
+struct BlocksSeed<'c, 'a> {
+    ctx: &'c Ctx<'a>,
+}
+
+impl<'de, 'a> DeserializeSeed<'de> for BlocksSeed<'_, 'a> {
+    type Value = BTreeMap<String, BlockRef<'a>>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, 'a> Visitor<'de> for BlocksSeed<'_, 'a> {
+    type Value = BTreeMap<String, BlockRef<'a>>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object of blocks")
+    }
+    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+        let mut blocks = BTreeMap::new();
+        while let Some(name) = map.next_key::<String>()? {
+            let block = map.next_value_seed(BlockSeed {
+                ctx: self.ctx,
+                name: &name,
+            })?;
+            if blocks.contains_key(&name) {
+                return Err(de::Error::custom(format_args!("duplicate block {name:?}")));
+            }
+            blocks.insert(name, block);
+        }
+        Ok(blocks)
+    }
+}
+
+struct BlockSeed<'c, 'a, 'n> {
+    ctx: &'c Ctx<'a>,
+    name: &'n str,
+}
+
+impl<'de, 'a> DeserializeSeed<'de> for BlockSeed<'_, 'a, '_> {
+    type Value = BlockRef<'a>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, 'a> Visitor<'de> for BlockSeed<'_, 'a, '_> {
+    type Value = BlockRef<'a>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a block object")
+    }
+    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+        let (mut count, mut structural_shape, mut columns, mut targets, mut attributes) =
+            (None, None, None, None, None);
+        while let Some(key) = map.next_key::<BlockField>()? {
+            match key {
+                BlockField::Count => set(&mut count, map.next_value::<u64>()?, "count")?,
+                BlockField::StructuralShape => set(
+                    &mut structural_shape,
+                    map.next_value::<Option<Vec<u64>>>()?,
+                    "structural_shape",
+                )?,
+                BlockField::Columns => set(
+                    &mut columns,
+                    map.next_value_seed(ColumnsSeed {
+                        ctx: self.ctx,
+                        block: self.name,
+                    })?,
+                    "columns",
+                )?,
+                BlockField::Targets => set(&mut targets, map.next_value()?, "targets")?,
+                BlockField::Attributes => set(&mut attributes, map.next_value()?, "attributes")?,
+                BlockField::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        let count = count.ok_or_else(|| de::Error::missing_field("count"))?;
+        let columns: BTreeMap<String, ColumnRef<'a>> =
+            columns.ok_or_else(|| de::Error::missing_field("columns"))?;
+        for (name, column) in &columns {
+            if column.shape[0] != count {
+                return Err(self.ctx.fail(Error::refused(
+                    Clause::ColumnShape,
+                    format!("blocks.{}.columns.{name}", self.name),
+                    format!(
+                        "shape {:?} does not lead with the block's count {count}",
+                        column.shape
+                    ),
+                )));
+            }
+        }
+        Ok(BlockRef {
+            count,
+            structural_shape: structural_shape.flatten(),
+            targets: targets.unwrap_or_default(),
+            attributes: attributes.unwrap_or_default(),
+            columns,
+        })
+    }
+}
+
+struct ColumnsSeed<'c, 'a, 'n> {
+    ctx: &'c Ctx<'a>,
+    block: &'n str,
+}
+
+impl<'de, 'a> DeserializeSeed<'de> for ColumnsSeed<'_, 'a, '_> {
+    type Value = BTreeMap<String, ColumnRef<'a>>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, 'a> Visitor<'de> for ColumnsSeed<'_, 'a, '_> {
+    type Value = BTreeMap<String, ColumnRef<'a>>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object of columns")
+    }
+    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+        let mut columns = BTreeMap::new();
+        while let Some(name) = map.next_key::<String>()? {
+            let column = map.next_value_seed(ColumnSeed {
+                ctx: self.ctx,
+                block: self.block,
+                column: &name,
+            })?;
+            if columns.contains_key(&name) {
+                return Err(de::Error::custom(format_args!("duplicate column {name:?}")));
+            }
+            columns.insert(name, column);
+        }
+        Ok(columns)
+    }
+}
+
+struct ColumnSeed<'c, 'a, 'n> {
+    ctx: &'c Ctx<'a>,
+    block: &'n str,
+    column: &'n str,
+}
+
+impl<'de, 'a> DeserializeSeed<'de> for ColumnSeed<'_, 'a, '_> {
+    type Value = ColumnRef<'a>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, 'a> Visitor<'de> for ColumnSeed<'_, 'a, '_> {
+    type Value = ColumnRef<'a>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a column object")
+    }
+    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+        let (mut dtype, mut shape, mut offset, mut values, mut validity, mut precision) =
+            (None, None, None, None, None, None);
+        while let Some(key) = map.next_key::<ColumnField>()? {
+            match key {
+                ColumnField::Dtype => set(&mut dtype, map.next_value::<DTypeName>()?, "dtype")?,
+                ColumnField::Shape => set(&mut shape, map.next_value::<Vec<u64>>()?, "shape")?,
+                ColumnField::Offset => set(&mut offset, map.next_value::<u64>()?, "offset")?,
+                ColumnField::Values => {
+                    set(&mut values, map.next_value::<Vec<String>>()?, "values")?
+                }
+                ColumnField::Validity => set(&mut validity, map.next_value::<u64>()?, "validity")?,
+                ColumnField::Precision => {
+                    set(&mut precision, map.next_value::<f64>()?, "precision")?
+                }
+                ColumnField::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        let ctx = self.ctx;
+        let refuse = |clause: Clause, detail: String| -> M::Error {
+            ctx.fail(Error::refused(
+                clause,
+                format!("blocks.{}.columns.{}", self.block, self.column),
+                detail,
+            ))
+        };
+        let dtype = match dtype {
+            None => return Err(de::Error::missing_field("dtype")),
+            Some(DTypeName(Ok(dtype))) => dtype,
+            Some(DTypeName(Err(name))) => {
+                return Err(refuse(
+                    Clause::FrameDtype,
+                    format!("{name:?} is not one of the 13 dtypes"),
+                ))
+            }
+        };
+        let shape: Vec<u64> = shape.ok_or_else(|| de::Error::missing_field("shape"))?;
+        if shape.is_empty() {
+            return Err(refuse(
+                Clause::ColumnShape,
+                "a column's shape has at least its leading axis".into(),
+            ));
+        }
+        let Some(elements) = product(&shape) else {
+            return Err(refuse(
+                Clause::FrameSizeOverflow,
+                format!("the product of shape {shape:?} overflows"),
+            ));
+        };
+        let data = match dtype.item_size() {
+            None => {
+                if offset.is_some() {
+                    return Err(refuse(
+                        Clause::FrameStringValues,
+                        "a string column has no buffer: no `offset`".into(),
+                    ));
+                }
+                let Some(values) = values else {
+                    return Err(refuse(
+                        Clause::FrameStringValues,
+                        "a string column carries `values`".into(),
+                    ));
+                };
+                if values.len() as u64 != elements {
+                    return Err(refuse(
+                        Clause::FrameStringValues,
+                        format!(
+                            "{} values for shape {shape:?} ({elements} elements)",
+                            values.len()
+                        ),
+                    ));
+                }
+                ColumnBytes::Strings(values)
+            }
+            Some(item_size) => {
+                if values.is_some() {
+                    return Err(de::Error::custom(format_args!(
+                        "a {dtype} column carries a buffer, not `values`"
+                    )));
+                }
+                let offset = offset.ok_or_else(|| de::Error::missing_field("offset"))?;
+                let Some(len) = elements
+                    .checked_mul(item_size as u64)
+                    .and_then(|n| usize::try_from(n).ok())
+                else {
+                    return Err(refuse(
+                        Clause::FrameSizeOverflow,
+                        format!("{elements} elements of {item_size} bytes overflow"),
+                    ));
+                };
+                if offset % 8 != 0 {
+                    return Err(refuse(
+                        Clause::FrameOffsetAligned,
+                        format!("offset {offset} is not a multiple of 8"),
+                    ));
+                }
+                let Some(bytes) = ctx.buffer(offset, len) else {
+                    return Err(refuse(
+                        Clause::FrameBufferBounds,
+                        format!("a buffer of {len} bytes at offset {offset} runs past the value"),
+                    ));
+                };
+                if dtype == DType::Bool && !bytes.iter().all(|&b| b <= 1) {
+                    return Err(refuse(
+                        Clause::TypedValue,
+                        "a bool buffer holds a byte other than 0 / 1".into(),
+                    ));
+                }
+                ColumnBytes::Buffer(bytes)
+            }
+        };
+        let validity = match validity {
+            None => None,
+            Some(offset) => {
+                if offset % 8 != 0 {
+                    return Err(refuse(
+                        Clause::FrameOffsetAligned,
+                        format!("validity offset {offset} is not a multiple of 8"),
+                    ));
+                }
+                let Some(mask) = usize::try_from(shape[0])
+                    .ok()
+                    .and_then(|rows| ctx.buffer(offset, rows))
+                else {
+                    return Err(refuse(
+                        Clause::FrameBufferBounds,
+                        format!(
+                            "a mask of {} bytes at offset {offset} runs past the value",
+                            shape[0]
+                        ),
+                    ));
+                };
+                if !mask.iter().all(|&b| b <= 1) {
+                    return Err(refuse(
+                        Clause::TypedValue,
+                        "a mask holds a byte other than 0 / 1".into(),
+                    ));
+                }
+                Some(mask)
+            }
+        };
+        Ok(ColumnRef {
+            dtype,
+            shape,
+            precision,
+            validity,
+            data,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Reading columns
+// ---------------------------------------------------------------------------
+
+/// Reads `N`-byte little-endian items (works at any address).
+fn read<T, const N: usize>(bytes: &[u8], item: impl Fn([u8; N]) -> T) -> Vec<T> {
+    bytes
+        .chunks_exact(N)
+        .map(|c| {
+            let mut a = [0; N];
+            a.copy_from_slice(c);
+            item(a)
+        })
+        .collect()
+}
+
+fn to_bools(bytes: &[u8], what: &str) -> Result<Vec<bool>> {
+    bytes
+        .iter()
+        .map(|&b| match b {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(Error::refused(
+                Clause::TypedValue,
+                "",
+                format!("{what} holds the byte {b}, not 0 / 1"),
+            )),
+        })
+        .collect()
+}
+
+impl<'a> ColumnRef<'a> {
+    /// An owned copy of the column. Works at any address (no alignment
+    /// needed); checks that bool values and mask bytes are 0 / 1 and that
+    /// the buffer and mask lengths fit the shape; an all-true (or empty) mask
+    /// becomes `None`.
+    pub fn to_column(&self) -> Result<Column> {
+        let elements = product(&self.shape).ok_or_else(|| {
+            Error::refused(
+                Clause::FrameSizeOverflow,
+                "",
+                "the product of the shape overflows",
+            )
+        })?;
+        let data = match &self.data {
+            ColumnBytes::Strings(values) => {
+                if self.dtype != DType::String || values.len() as u64 != elements {
+                    return Err(Error::refused(
+                        Clause::FrameStringValues,
+                        "",
+                        format!(
+                            "{} string values for a {} column of {elements} elements",
+                            values.len(),
+                            self.dtype
+                        ),
+                    ));
+                }
+                ColumnData::String(values.clone())
+            }
+            ColumnBytes::Buffer(b) => {
+                let expected = self
+                    .dtype
+                    .item_size()
+                    .and_then(|s| elements.checked_mul(s as u64));
+                if expected != Some(b.len() as u64) {
+                    return Err(Error::refused(
+                        Clause::FrameBufferBounds,
+                        "",
+                        format!(
+                            "a buffer of {} bytes for a {} column of {elements} elements",
+                            b.len(),
+                            self.dtype
+                        ),
+                    ));
+                }
+                match self.dtype {
+                    DType::F64 => ColumnData::F64(read(b, f64::from_le_bytes)),
+                    DType::I8 => ColumnData::I8(read(b, i8::from_le_bytes)),
+                    DType::I16 => ColumnData::I16(read(b, i16::from_le_bytes)),
+                    DType::I32 => ColumnData::I32(read(b, i32::from_le_bytes)),
+                    DType::I64 => ColumnData::I64(read(b, i64::from_le_bytes)),
+                    DType::U8 => ColumnData::U8(b.to_vec()),
+                    DType::U16 => ColumnData::U16(read(b, u16::from_le_bytes)),
+                    DType::U32 => ColumnData::U32(read(b, u32::from_le_bytes)),
+                    DType::U64 => ColumnData::U64(read(b, u64::from_le_bytes)),
+                    DType::Bool => ColumnData::Bool(to_bools(b, "a bool buffer")?),
+                    DType::C64 => ColumnData::C64(read(b, |c: [u8; 8]| {
+                        [
+                            f32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                            f32::from_le_bytes([c[4], c[5], c[6], c[7]]),
+                        ]
+                    })),
+                    DType::C128 => ColumnData::C128(read(b, |c: [u8; 16]| {
+                        let (re, im) = c.split_at(8);
+                        let mut r = [0; 8];
+                        let mut i = [0; 8];
+                        r.copy_from_slice(re);
+                        i.copy_from_slice(im);
+                        [f64::from_le_bytes(r), f64::from_le_bytes(i)]
+                    })),
+                    // Unreachable: a string dtype has no item size, so `expected` was None.
+                    DType::String => ColumnData::String(Vec::new()),
+                }
+            }
+        };
+        let validity = match self.validity {
+            None => None,
+            Some(mask) => {
+                if Some(mask.len() as u64) != self.shape.first().copied() {
+                    return Err(Error::refused(
+                        Clause::ValidityLength,
+                        "",
+                        format!(
+                            "a mask of {} bytes for {} rows",
+                            mask.len(),
+                            self.shape.first().copied().unwrap_or(0)
+                        ),
+                    ));
+                }
+                let mask = to_bools(mask, "a mask")?;
+                Some(mask).filter(|m| !m.iter().all(|&b| b))
+            }
+        };
+        Ok(Column {
+            shape: self.shape.clone(),
+            data,
+            validity,
+            precision: self.precision,
+        })
+    }
+
+    /// The buffer viewed in place as `T`, when the dtype is `dtype`, the
+    /// target is little-endian and the real address is aligned for `T`.
+    /// Private, instantiated only with `f64` and `u64`.
+    fn view<T: Copy>(&self, dtype: DType) -> Option<&'a [T]> {
+        let size = std::mem::size_of::<T>();
+        let ColumnBytes::Buffer(bytes) = self.data else {
+            return None;
+        };
+        if self.dtype != dtype || !cfg!(target_endian = "little") || bytes.len() % size != 0 {
+            return None;
+        }
+        if bytes.is_empty() {
+            return Some(&[]);
+        }
+        if (bytes.as_ptr() as usize) % std::mem::align_of::<T>() != 0 {
+            return None;
+        }
+        // SAFETY: `bytes` is a live slice borrowed for 'a; its start address
+        // was just checked to be aligned for `T`, and its length is a whole
+        // number of `T`s, so the new slice covers exactly the same memory.
+        // `T` is `f64` or `u64` (the only instantiations), for which every bit
+        // pattern is a valid value, and on a little-endian target their
+        // in-memory layout is the buffer's little-endian encoding. The bytes
+        // are shared and immutable for 'a, as the new slice requires.
+        Some(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), bytes.len() / size) })
+    }
+
+    /// A zero-copy view of an `f64` column: `Some` when the dtype is `f64`,
+    /// the target is little-endian and the buffer's real address is 8-aligned
+    /// (LMDB puts small values at 2-aligned addresses: then `None`, and the
+    /// caller falls back to [`ColumnRef::to_column`]). Flat, row-major.
+    pub fn f64_view(&self) -> Option<&'a [f64]> {
+        self.view::<f64>(DType::F64)
+    }
+
+    /// A zero-copy view of a `u64` column, under the same conditions as
+    /// [`ColumnRef::f64_view`].
+    pub fn u64_view(&self) -> Option<&'a [u64]> {
+        self.view::<u64>(DType::U64)
+    }
+}
+
+impl BlockRef<'_> {
+    /// An owned copy of the block (every column through [`ColumnRef::to_column`]).
+    pub fn to_block(&self) -> Result<Block> {
+        let mut columns = BTreeMap::new();
+        for (name, column) in &self.columns {
+            columns.insert(
+                name.clone(),
+                column
+                    .to_column()
+                    .map_err(|e| e.within(&format!("columns.{name}")))?,
+            );
+        }
+        Ok(Block {
+            count: self.count,
+            columns,
+            structural_shape: self.structural_shape.clone(),
+            targets: self.targets.clone(),
+            attributes: self.attributes.clone(),
+        })
+    }
+}
+
+impl FrameRef<'_> {
+    /// Owned copies of every block.
+    pub fn to_blocks(&self) -> Result<BTreeMap<String, Block>> {
+        let mut blocks = BTreeMap::new();
+        for (name, block) in &self.blocks {
+            blocks.insert(
+                name.clone(),
+                block
+                    .to_block()
+                    .map_err(|e| e.within(&format!("blocks.{name}")))?,
+            );
+        }
+        Ok(blocks)
+    }
+}

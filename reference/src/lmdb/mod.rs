@@ -1,0 +1,100 @@
+//! The LMDB binding (spec text 000, DIGEST §§1-4): one file, one unnamed
+//! database, keys `meta`, `index`, `ff`, `r`/`s`/`f` + u64 big-endian.
+
+mod reader;
+mod writer;
+
+pub use reader::{Reader, RecordTxn};
+pub use writer::{write_collection, Writer, WriterOptions};
+
+use crate::error::{Error, Result};
+use heed::types::Bytes;
+use heed::{Database, Env, EnvFlags, EnvOpenOptions, WithoutTls};
+use std::path::Path;
+
+/// `layout` tag of the `meta` value.
+pub const LAYOUT: &str = "mrec-lmdb";
+/// Newest `layout_version` this implementation reads and the one it writes.
+pub const LAYOUT_VERSION: i64 = 1;
+/// Key of the collection's `meta` value.
+pub const META_KEY: &[u8] = b"meta";
+/// Key of the index frame.
+pub const INDEX_KEY: &[u8] = b"index";
+/// Key of the force-field frame.
+pub const FF_KEY: &[u8] = b"ff";
+
+/// Key `prefix` + u64 big-endian.
+pub fn numbered_key(prefix: u8, n: u64) -> [u8; 9] {
+    let mut key = [0u8; 9];
+    key[0] = prefix;
+    key[1..].copy_from_slice(&n.to_be_bytes());
+    key
+}
+
+/// Key of record r's meta document.
+pub fn record_key(r: u64) -> [u8; 9] {
+    numbered_key(b'r', r)
+}
+/// Key of record r's system frame.
+pub fn system_key(r: u64) -> [u8; 9] {
+    numbered_key(b's', r)
+}
+/// Key of global frame ordinal j.
+pub fn frame_key(j: u64) -> [u8; 9] {
+    numbered_key(b'f', j)
+}
+
+pub(crate) type Db = Database<Bytes, Bytes>;
+
+pub(crate) fn lmdb_error(e: heed::Error) -> Error {
+    match e {
+        heed::Error::Io(io) => Error::Io(io),
+        other => Error::Lmdb(other.to_string()),
+    }
+}
+
+/// Opens an environment for reading. When the lock file cannot be created
+/// (read-only directory or medium), falls back to `NO_LOCK`: safe only while
+/// no process writes the file, which holds for a committed collection, since
+/// writers only create new files (see ARCHITECTURE.md, "Opening").
+pub(crate) fn open_read_env(path: &Path) -> Result<(Env<WithoutTls>, bool)> {
+    if !path.is_file() {
+        return Err(Error::Io(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("{} is not a file", path.display()),
+        )));
+    }
+    let size = std::fs::metadata(path)?.len();
+    let map = map_size_for(size);
+    let open = |flags: EnvFlags| {
+        let mut options = EnvOpenOptions::new().read_txn_without_tls();
+        options.map_size(map).max_readers(MAX_READERS).max_dbs(0);
+        // SAFETY: the flags are a valid combination for a read-only open.
+        unsafe { options.flags(flags) };
+        // SAFETY: the map is only read through transactions of this Env;
+        // heed refuses a second open of the same path in this process, and
+        // our writers never modify a committed file (they create new ones).
+        unsafe { options.open(path) }
+    };
+    match open(EnvFlags::NO_SUB_DIR | EnvFlags::READ_ONLY) {
+        Ok(env) => Ok((env, false)),
+        Err(heed::Error::Io(e))
+            if matches!(e.kind(), std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem)
+                || e.raw_os_error() == Some(30) =>
+        {
+            let env = open(EnvFlags::NO_SUB_DIR | EnvFlags::READ_ONLY | EnvFlags::NO_LOCK).map_err(lmdb_error)?;
+            Ok((env, true))
+        }
+        Err(e) => Err(lmdb_error(e)),
+    }
+}
+
+/// Reader slots of an environment: how many read transactions may be open
+/// at once across all processes that share the lock file.
+pub const MAX_READERS: u32 = 1024;
+
+/// A map size for a file of `size` bytes: at least the file, rounded to 1 MiB.
+pub(crate) fn map_size_for(size: u64) -> usize {
+    let mib = 1u64 << 20;
+    (size.saturating_add(mib).div_ceil(mib) * mib).max(16 * mib) as usize
+}

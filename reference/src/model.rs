@@ -1,0 +1,360 @@
+//! The collection model (DIGEST §§5-11), as plain owned data.
+//!
+//! The same types describe what a writer is handed (a trajectory as frame
+//! *presentations*: an omitted block carries forward) and what a reader hands
+//! back (every frame *resolved*). A resolved trajectory is also a valid
+//! presentation of the same content.
+
+use crate::dtype::DType;
+use crate::typed_json::MetaTag;
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+/// A JSON object: documents and meta maps.
+pub type Document = Map<String, Value>;
+
+/// Column values: one typed vector per dtype, flat and row-major.
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub enum ColumnData {
+    F64(Vec<f64>),
+    I8(Vec<i8>),
+    I16(Vec<i16>),
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+    U8(Vec<u8>),
+    U16(Vec<u16>),
+    U32(Vec<u32>),
+    U64(Vec<u64>),
+    Bool(Vec<bool>),
+    String(Vec<String>),
+    /// Interleaved (re, im) of f32.
+    C64(Vec<[f32; 2]>),
+    /// Interleaved (re, im) of f64.
+    C128(Vec<[f64; 2]>),
+}
+
+/// Applies `$body` to the vector inside any variant.
+macro_rules! with_vec {
+    ($data:expr, $v:ident => $body:expr) => {
+        match $data {
+            ColumnData::F64($v) => $body,
+            ColumnData::I8($v) => $body,
+            ColumnData::I16($v) => $body,
+            ColumnData::I32($v) => $body,
+            ColumnData::I64($v) => $body,
+            ColumnData::U8($v) => $body,
+            ColumnData::U16($v) => $body,
+            ColumnData::U32($v) => $body,
+            ColumnData::U64($v) => $body,
+            ColumnData::Bool($v) => $body,
+            ColumnData::String($v) => $body,
+            ColumnData::C64($v) => $body,
+            ColumnData::C128($v) => $body,
+        }
+    };
+}
+pub(crate) use with_vec;
+
+impl ColumnData {
+    /// The dtype of these values.
+    pub fn dtype(&self) -> DType {
+        match self {
+            ColumnData::F64(_) => DType::F64,
+            ColumnData::I8(_) => DType::I8,
+            ColumnData::I16(_) => DType::I16,
+            ColumnData::I32(_) => DType::I32,
+            ColumnData::I64(_) => DType::I64,
+            ColumnData::U8(_) => DType::U8,
+            ColumnData::U16(_) => DType::U16,
+            ColumnData::U32(_) => DType::U32,
+            ColumnData::U64(_) => DType::U64,
+            ColumnData::Bool(_) => DType::Bool,
+            ColumnData::String(_) => DType::String,
+            ColumnData::C64(_) => DType::C64,
+            ColumnData::C128(_) => DType::C128,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        with_vec!(self, v => v.len())
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// An empty vector of `dtype`.
+    pub fn empty(dtype: DType) -> ColumnData {
+        match dtype {
+            DType::F64 => ColumnData::F64(Vec::new()),
+            DType::I8 => ColumnData::I8(Vec::new()),
+            DType::I16 => ColumnData::I16(Vec::new()),
+            DType::I32 => ColumnData::I32(Vec::new()),
+            DType::I64 => ColumnData::I64(Vec::new()),
+            DType::U8 => ColumnData::U8(Vec::new()),
+            DType::U16 => ColumnData::U16(Vec::new()),
+            DType::U32 => ColumnData::U32(Vec::new()),
+            DType::U64 => ColumnData::U64(Vec::new()),
+            DType::Bool => ColumnData::Bool(Vec::new()),
+            DType::String => ColumnData::String(Vec::new()),
+            DType::C64 => ColumnData::C64(Vec::new()),
+            DType::C128 => ColumnData::C128(Vec::new()),
+        }
+    }
+
+    /// Bit-for-bit equality: a repeated NaN is equal, `-0.0` is not `0.0`.
+    pub fn same_bits(&self, other: &ColumnData) -> bool {
+        match (self, other) {
+            (ColumnData::F64(a), ColumnData::F64(b)) => {
+                a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+            }
+            (ColumnData::C64(a), ColumnData::C64(b)) => {
+                a.len() == b.len()
+                    && a.iter().zip(b).all(|(x, y)| x[0].to_bits() == y[0].to_bits() && x[1].to_bits() == y[1].to_bits())
+            }
+            (ColumnData::C128(a), ColumnData::C128(b)) => {
+                a.len() == b.len()
+                    && a.iter().zip(b).all(|(x, y)| x[0].to_bits() == y[0].to_bits() && x[1].to_bits() == y[1].to_bits())
+            }
+            (a, b) => a == b,
+        }
+    }
+
+    /// The values as u64 row references, if this is a u64 column.
+    pub fn as_u64(&self) -> Option<&[u64]> {
+        match self {
+            ColumnData::U64(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// A column: values of one dtype, a shape whose leading axis is the block's
+/// count, an optional validity mask and an optional declared precision.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Column {
+    /// Full shape; `shape[0]` is the block's count.
+    pub shape: Vec<u64>,
+    /// Flat, row-major values.
+    pub data: ColumnData,
+    /// One bool per row, true = valid. `None` = every row valid.
+    pub validity: Option<Vec<bool>>,
+    /// Declared precision (system and index columns only).
+    pub precision: Option<f64>,
+}
+
+impl Column {
+    /// A column without mask or precision.
+    pub fn new(shape: Vec<u64>, data: ColumnData) -> Column {
+        Column { shape, data, validity: None, precision: None }
+    }
+
+    /// The dtype.
+    pub fn dtype(&self) -> DType {
+        self.data.dtype()
+    }
+
+    /// Rows (leading axis), 0 for a scalar shape.
+    pub fn rows(&self) -> u64 {
+        self.shape.first().copied().unwrap_or(0)
+    }
+
+    /// Normalizes the mask: all-true and empty masks become `None`.
+    pub fn normalize_mask(&mut self) {
+        if self.validity.as_ref().is_some_and(|m| m.iter().all(|&b| b)) {
+            self.validity = None;
+        }
+    }
+
+    /// Bit-for-bit equality of content (dtype, shape, values, mask, precision).
+    pub fn same_bits(&self, other: &Column) -> bool {
+        let mask = |c: &Column| c.validity.clone().filter(|m| !m.iter().all(|&b| b));
+        self.shape == other.shape
+            && self.data.same_bits(&other.data)
+            && mask(self) == mask(other)
+            && self.precision.map(f64::to_bits) == other.precision.map(f64::to_bits)
+    }
+}
+
+/// A block: a row count and named columns.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Block {
+    /// Rows.
+    pub count: u64,
+    /// Columns by name.
+    pub columns: BTreeMap<String, Column>,
+    /// Optional structural shape; its product is `count`.
+    pub structural_shape: Option<Vec<u64>>,
+    /// Row references declared beyond the endpoint convention: column -> target.
+    pub targets: BTreeMap<String, String>,
+    /// The block's own attributes (system frames only).
+    pub attributes: Document,
+}
+
+impl Block {
+    /// Bit-for-bit equality (used to decide whether a presentation changes a block).
+    pub fn same_bits(&self, other: &Block) -> bool {
+        self.count == other.count
+            && self.structural_shape == other.structural_shape
+            && self.targets == other.targets
+            && self.attributes == other.attributes
+            && self.columns.len() == other.columns.len()
+            && self.columns.iter().zip(&other.columns).all(|((ka, a), (kb, b))| ka == kb && a.same_bits(b))
+    }
+}
+
+/// A cell (DIGEST §8): lattice vectors are the columns of `vectors`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Cell {
+    /// 3x3 row-major.
+    pub vectors: [f64; 9],
+    /// Origin.
+    pub origin: [f64; 3],
+    /// Periodicity per axis.
+    pub boundary: [bool; 3],
+    /// Whether a cell is defined at all.
+    pub defined: bool,
+}
+
+impl Cell {
+    /// The identity matrix.
+    pub const IDENTITY: [f64; 9] = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0];
+
+    /// The undefined cell as stored and read back.
+    pub const UNDEFINED: Cell = Cell { vectors: Cell::IDENTITY, origin: [0.0; 3], boundary: [false; 3], defined: false };
+
+    /// Bit-for-bit equality.
+    pub fn same_bits(&self, other: &Cell) -> bool {
+        self.vectors.iter().zip(&other.vectors).all(|(a, b)| a.to_bits() == b.to_bits())
+            && self.origin.iter().zip(&other.origin).all(|(a, b)| a.to_bits() == b.to_bits())
+            && self.boundary == other.boundary
+            && self.defined == other.defined
+    }
+}
+
+/// A frame standing alone: a system, or a force field (`meta_types` empty).
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Frame {
+    /// Meta values in canonical typed JSON.
+    pub meta: Document,
+    /// The tag of every meta key.
+    pub meta_types: BTreeMap<String, MetaTag>,
+    /// Blocks by name.
+    pub blocks: BTreeMap<String, Block>,
+    /// The cell, if any.
+    pub cell: Option<Cell>,
+}
+
+/// One ordinal of a trajectory.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Step {
+    /// Step number, strictly increasing.
+    pub step: i64,
+    /// Time, on every frame or none.
+    pub time: Option<f64>,
+    /// Per-step meta in canonical typed JSON, typed by the declaration.
+    pub meta: Document,
+    /// Blocks presented (writer side) or resolved (reader side).
+    pub blocks: BTreeMap<String, Block>,
+    /// The cell presented (writer) or in effect (reader).
+    pub cell: Option<Cell>,
+}
+
+/// A record's trajectory.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Trajectory {
+    /// The record's own declaration, when it states one.
+    pub schema: Option<SequenceSchema>,
+    /// The frames in order.
+    pub frames: Vec<Step>,
+}
+
+/// A record: meta, and at least one of system and trajectory.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Record {
+    /// The record's meta document (plain JSON).
+    pub meta: Document,
+    /// Topology and constant state.
+    pub system: Option<Frame>,
+    /// Per-step state.
+    pub trajectory: Option<Trajectory>,
+}
+
+/// A declared trajectory column.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ColumnDecl {
+    /// Dtype.
+    pub dtype: DType,
+    /// Per-row structure.
+    pub trailing: Vec<u64>,
+    /// Whether a mask may occur.
+    pub nullable: bool,
+    /// Declared precision.
+    pub precision: Option<f64>,
+}
+
+/// A declared trajectory block.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct BlockDecl {
+    /// Columns.
+    pub columns: BTreeMap<String, ColumnDecl>,
+    /// Fixed structure.
+    pub structural_shape: Option<Vec<u64>>,
+    /// Row references.
+    pub targets: BTreeMap<String, String>,
+    /// The block this one is row-aligned with.
+    pub aligned_with: Option<String>,
+}
+
+/// A declared per-step meta key.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MetaDecl {
+    /// Its tag.
+    pub tag: MetaTag,
+    /// Its fill, if it has one (`Some(Value::Null)` is a null fill, json only).
+    pub fill: Option<Value>,
+}
+
+/// The one trajectory declaration of a collection.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct SequenceSchema {
+    /// Declared blocks.
+    pub blocks: BTreeMap<String, BlockDecl>,
+    /// Declared per-step meta keys.
+    pub meta: BTreeMap<String, MetaDecl>,
+}
+
+/// The collection-wide force field: a document and one table per style.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct ForceField {
+    /// The force-field document (plain JSON).
+    pub document: Document,
+    /// Style tables, by encoded block name.
+    pub tables: BTreeMap<String, Block>,
+}
+
+/// What a collection has besides its records: everything `meta` and the
+/// index need, known before the first record is written.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Header {
+    /// The collection document (`units`, provenance, ...).
+    pub meta: Document,
+    /// The declaration, or `None` to derive it from the records.
+    pub sequence_schema: Option<SequenceSchema>,
+    /// The force field, if any.
+    pub forcefield: Option<ForceField>,
+}
+
+/// A whole collection in memory.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Collection {
+    /// Document, declaration, force field.
+    pub header: Header,
+    /// The collection's own index columns, one row per record.
+    pub index: BTreeMap<String, Column>,
+    /// Records in order.
+    pub records: Vec<Record>,
+}

@@ -1,0 +1,667 @@
+//! Every rule a collection writer enforces (spec text 001, DIGEST §§5-11).
+//!
+//! Validation also *prepares* what it checks, so that the writer encodes
+//! exactly what was validated: typed meta normalized, fills materialized,
+//! declared precision applied, all-true masks dropped.
+
+use crate::clause::Clause;
+use crate::dtype::DType;
+use crate::error::{refuse, Error, Result};
+use crate::model::*;
+use crate::precision::{precision_in_range, round_column};
+use crate::typed_json::{self, MetaTag};
+use crate::units::check_unit;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Block names a trajectory declaration may not use.
+pub const RESERVED_BLOCK_NAMES: [&str; 4] = ["step", "time", "meta", "box"];
+/// Column names a trajectory declaration may not use.
+pub const RESERVED_TRAJECTORY_COLUMNS: [&str; 2] = ["offset", "step_index"];
+/// The binding's own index columns.
+pub const RESERVED_INDEX_COLUMNS: [&str; 4] = ["first_frame", "n_frames", "n_atoms", "has_trajectory"];
+/// Per-step keys that must be declared f64.
+pub const CANONICAL_F64_STEP_KEYS: [&str; 6] = ["pe", "ke", "etotal", "temp", "press", "volume"];
+/// Row-reference columns that point at `atoms` of the same frame by convention.
+pub const ENDPOINT_COLUMNS: [&str; 4] = ["atomi", "atomj", "atomk", "atoml"];
+/// Newest `molrec_version` this implementation supports.
+pub const MOLREC_VERSION: i64 = 1;
+
+/// Checks the collection document and stamps `molrec_version`.
+pub fn prepare_collection_meta(meta: &mut Document) -> Result<()> {
+    match meta.get("molrec_version") {
+        None => {
+            meta.insert("molrec_version".into(), Value::from(MOLREC_VERSION));
+        }
+        Some(v) => check_version(v, "meta.molrec_version", Clause::MolrecVersion)?,
+    }
+    let Some(units) = meta.get("units") else {
+        refuse!(UnitsRequired, "meta", "the collection document has no `units`");
+    };
+    let Some(units) = units.as_object() else {
+        refuse!(UnitsRequired, "meta.units", "`units` must be an object of quantity -> unit string");
+    };
+    for (quantity, unit) in units {
+        let at = format!("meta.units.{quantity}");
+        let Some(text) = unit.as_str() else {
+            refuse!(UnitParseable, at, "a unit must be a string, got {}", typed_json::brief(unit));
+        };
+        check_unit(text).map_err(|e| Error::refused(Clause::UnitParseable, &at, e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Checks a version field: a JSON integer in `1..=1`, never null, a bool, a real or a string.
+pub fn check_version(v: &Value, at: &str, clause: Clause) -> Result<()> {
+    match v.as_i64() {
+        Some(n) if v.is_i64() && (1..=MOLREC_VERSION).contains(&n) => Ok(()),
+        _ => Err(Error::refused(clause, at, format!("must be an integer in 1..=1, got {}", json_text(v)))),
+    }
+}
+
+fn json_text(v: &Value) -> String {
+    let s = v.to_string();
+    if s.len() > 60 {
+        format!("{}...", &s[..s.floor_char_boundary(60)])
+    } else {
+        s
+    }
+}
+
+/// Checks a trajectory declaration.
+pub fn check_schema(schema: &SequenceSchema, at: &str) -> Result<()> {
+    for (name, decl) in &schema.blocks {
+        let at = format!("{at}.blocks.{name}");
+        if RESERVED_BLOCK_NAMES.contains(&name.as_str()) {
+            refuse!(ReservedBlockName, at, "block name `{name}` is reserved");
+        }
+        for (col, cd) in &decl.columns {
+            let cat = format!("{at}.columns.{col}");
+            if RESERVED_TRAJECTORY_COLUMNS.contains(&col.as_str()) || col == "_validity" {
+                refuse!(ReservedColumnName, cat, "column name `{col}` is reserved");
+            }
+            check_canonical_dtype(col, cd.dtype, &cat)?;
+            check_precision(cd.precision, cd.dtype, &cat)?;
+        }
+        if let Some(target) = &decl.aligned_with {
+            if decl.structural_shape.is_some() {
+                refuse!(AlignedNoStructuralShape, at, "an aligned block has no structural_shape");
+            }
+            match schema.blocks.get(target) {
+                None => refuse!(AlignedTarget, at, "aligned_with `{target}`, which is not a declared block"),
+                Some(_) if target == name => refuse!(AlignedTarget, at, "a block cannot be aligned with itself"),
+                Some(t) if t.aligned_with.is_some() => {
+                    refuse!(AlignedTarget, at, "aligned_with `{target}`, which is itself aligned")
+                }
+                Some(t) => {
+                    if let Some(shared) = decl.columns.keys().find(|c| t.columns.contains_key(*c)) {
+                        refuse!(AlignedNoSharedColumn, at, "shares column `{shared}` with its target `{target}`");
+                    }
+                }
+            }
+        }
+        if let Some(shape) = &decl.structural_shape {
+            if shape.iter().try_fold(1u64, |a, &b| a.checked_mul(b)).is_none() {
+                refuse!(StructuralShapeProduct, at, "structural_shape product overflows");
+            }
+        }
+    }
+    for (key, md) in &schema.meta {
+        let at = format!("{at}.meta.{key}");
+        if CANONICAL_F64_STEP_KEYS.contains(&key.as_str()) && md.tag != MetaTag::F64 {
+            refuse!(StepMetaCanonicalF64, at, "per-step key `{key}` must be declared f64, not {}", md.tag.name());
+        }
+        if key == "_meta_types" {
+            refuse!(MetaReservedKey, at, "meta key `_meta_types` is reserved");
+        }
+        match &md.fill {
+            Some(Value::Null) if md.tag != MetaTag::Json => {
+                refuse!(FillNullJsonOnly, at, "`fill: null` is only valid for a json key, not {}", md.tag.name())
+            }
+            Some(fill) => {
+                typed_json::normalize(md.tag, fill).map_err(|e| Error::refused(Clause::TypedValue, &at, format!("fill: {e}")))?;
+            }
+            None => {}
+        }
+    }
+    Ok(())
+}
+
+fn check_canonical_dtype(col: &str, dtype: DType, at: &str) -> Result<()> {
+    match DType::canonical_for(col) {
+        Some(want) if want != dtype => Err(Error::refused(
+            Clause::DtypeCanonical,
+            at,
+            format!("canonical column `{col}` must be {want}, not {dtype}"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn check_precision(precision: Option<f64>, dtype: DType, at: &str) -> Result<()> {
+    let Some(p) = precision else { return Ok(()) };
+    if dtype != DType::F64 {
+        refuse!(PrecisionF64Only, at, "precision on a {dtype} column; only f64 columns take one");
+    }
+    if !precision_in_range(p) {
+        refuse!(PrecisionRange, at, "precision {p} outside 2^-1000 ..= 2^1000");
+    }
+    Ok(())
+}
+
+/// Checks one column against its block's row count, and rounds it to its
+/// declared precision (`precision` overrides the column's own when given).
+pub fn prepare_column(col: &mut Column, name: &str, count: u64, precision: Option<f64>, at: &str) -> Result<()> {
+    if name == "_validity" {
+        refuse!(ColumnReservedName, at, "column name `_validity` is reserved");
+    }
+    check_canonical_dtype(name, col.dtype(), at)?;
+    if col.shape.first() != Some(&count) {
+        refuse!(ColumnShape, at, "shape {:?} does not lead with the block's count {count}", col.shape);
+    }
+    let product = col.shape.iter().try_fold(1u64, |a, &b| a.checked_mul(b));
+    if product != Some(col.data.len() as u64) {
+        refuse!(ColumnValues, at, "{} values for shape {:?}", col.data.len(), col.shape);
+    }
+    if let Some(mask) = &col.validity {
+        if mask.len() as u64 != count {
+            refuse!(ValidityLength, at, "mask of {} for {count} rows", mask.len());
+        }
+    }
+    col.normalize_mask();
+    check_precision(col.precision, col.dtype(), at)?;
+    if let Some(p) = precision.or(col.precision) {
+        check_precision(Some(p), col.dtype(), at)?;
+        if let ColumnData::F64(values) = &mut col.data {
+            round_column(values, p);
+        }
+    }
+    Ok(())
+}
+
+/// Checks a block of a system, the index or a force field and rounds its columns.
+pub fn prepare_block(block: &mut Block, at: &str) -> Result<()> {
+    check_structural_shape(block, at)?;
+    let count = block.count;
+    for (name, col) in &mut block.columns {
+        prepare_column(col, name, count, None, &format!("{at}.columns.{name}"))?;
+    }
+    Ok(())
+}
+
+fn check_structural_shape(block: &Block, at: &str) -> Result<()> {
+    if let Some(shape) = &block.structural_shape {
+        let product = shape.iter().try_fold(1u64, |a, &b| a.checked_mul(b));
+        if product != Some(block.count) {
+            refuse!(StructuralShapeProduct, at, "structural_shape {shape:?} does not multiply to count {}", block.count);
+        }
+    }
+    Ok(())
+}
+
+/// Checks a system frame: typed meta, reserved names, blocks, row references, cell.
+pub fn prepare_system(frame: &mut Frame, at: &str) -> Result<()> {
+    prepare_typed_meta(&mut frame.meta, &mut frame.meta_types, &format!("{at}.meta"))?;
+    for (name, block) in &mut frame.blocks {
+        let bat = format!("{at}.blocks.{name}");
+        if name == "box" {
+            refuse!(FrameReservedBlockName, bat, "block name `box` is reserved in a frame");
+        }
+        prepare_block(block, &bat)?;
+    }
+    check_cell(frame.cell.as_mut(), &format!("{at}.box"))?;
+    check_row_references(&frame.blocks, None, &format!("{at}.blocks"))
+}
+
+/// Tags every meta key (inferring missing tags) and normalizes each value.
+pub fn prepare_typed_meta(meta: &mut Document, types: &mut BTreeMap<String, MetaTag>, at: &str) -> Result<()> {
+    if let Some(extra) = types.keys().find(|k| !meta.contains_key(*k)) {
+        refuse!(TypedValue, format!("{at}.{extra}"), "a tag for a key the meta does not have");
+    }
+    for (key, value) in meta.iter_mut() {
+        let kat = format!("{at}.{key}");
+        if key == "_meta_types" {
+            refuse!(MetaReservedKey, kat, "meta key `_meta_types` is reserved");
+        }
+        let tag = *types.entry(key.clone()).or_insert_with(|| MetaTag::infer(value));
+        *value = typed_json::normalize(tag, value).map_err(|e| Error::refused(Clause::TypedValue, &kat, e))?;
+    }
+    Ok(())
+}
+
+fn check_cell(cell: Option<&mut Cell>, at: &str) -> Result<()> {
+    if let Some(cell) = cell {
+        if !cell.defined {
+            if cell.boundary.iter().any(|&b| b) {
+                refuse!(BoxUndefinedBoundary, at, "an undefined cell has a periodic boundary flag");
+            }
+            *cell = Cell::UNDEFINED;
+        }
+    }
+    Ok(())
+}
+
+/// Checks the row references of resolved `blocks`: endpoint columns point at
+/// `atoms`, declared `targets` at their block; `fallback` supplies blocks of
+/// the system for a trajectory frame (the two sides are presented joined).
+fn check_row_references(
+    blocks: &BTreeMap<String, Block>,
+    fallback: Option<&BTreeMap<String, Block>>,
+    at: &str,
+) -> Result<()> {
+    for (name, block) in blocks {
+        for (col, column) in &block.columns {
+            let target = match block.targets.get(col) {
+                Some(t) => t.as_str(),
+                None if ENDPOINT_COLUMNS.contains(&col.as_str()) => "atoms",
+                None => continue,
+            };
+            let cat = format!("{at}.{name}.columns.{col}");
+            if block.count == 0 {
+                continue;
+            }
+            let rows = if let Some(abs) = target.strip_prefix('/') {
+                let Some(("system", tb)) = abs.split_once('/') else {
+                    refuse!(RowReferenceTarget, cat, "absolute target `{target}` is not a system block");
+                };
+                fallback.unwrap_or(blocks).get(tb).map(|b| b.count)
+            } else {
+                blocks.get(target).or_else(|| fallback.and_then(|f| f.get(target))).map(|b| b.count)
+            };
+            let Some(rows) = rows else {
+                refuse!(RowReferenceTarget, cat, "references block `{target}`, which is not in the frame");
+            };
+            let Some(values) = column.data.as_u64() else {
+                refuse!(RowReferenceRange, cat, "a row reference must be u64, not {}", column.dtype());
+            };
+            let width = values.len() / block.count.max(1) as usize;
+            for (i, v) in values.iter().enumerate() {
+                let row = if width == 0 { 0 } else { i / width };
+                let valid = column.validity.as_ref().is_none_or(|m| m.get(row).copied().unwrap_or(true));
+                if valid && *v >= rows {
+                    refuse!(RowReferenceRange, format!("{cat}.values[{i}]"), "row {v} out of range: `{target}` has {rows} rows");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks the collection's own index columns against the number of records.
+pub fn prepare_index(index: &mut BTreeMap<String, Column>, n_records: u64) -> Result<()> {
+    for (name, col) in index.iter_mut() {
+        let at = format!("index.{name}");
+        if RESERVED_INDEX_COLUMNS.contains(&name.as_str()) {
+            refuse!(IndexReservedName, at, "`{name}` is one of the binding's own index columns");
+        }
+        if col.rows() != n_records {
+            refuse!(IndexRowCount, at, "{} rows for {n_records} records", col.rows());
+        }
+        prepare_column(col, name, n_records, None, &at)?;
+    }
+    Ok(())
+}
+
+/// Checks the force-field document and its style tables (DIGEST §11).
+pub fn prepare_forcefield(ff: &mut ForceField) -> Result<()> {
+    let doc = &ff.document;
+    if !doc.get("name").is_some_and(Value::is_string) {
+        refuse!(ForceFieldDocument, "forcefield.meta.name", "a force field needs a string `name`");
+    }
+    if !doc.get("units").is_some_and(Value::is_object) {
+        refuse!(ForceFieldDocument, "forcefield.meta.units", "a force field needs a `units` object");
+    }
+    if !doc.get("styles").is_some_and(Value::is_array) {
+        refuse!(ForceFieldDocument, "forcefield.meta.styles", "a force field needs a `styles` list");
+    }
+    for (name, table) in &mut ff.tables {
+        let at = format!("forcefield.blocks.{name}");
+        let encoded_ok = name.split_once('.').is_some_and(|(cat, style)| {
+            !cat.is_empty() && !style.is_empty() && is_encoded_style(style)
+        });
+        if !encoded_ok {
+            refuse!(ForceFieldTable, at, "a style table is named `<category>.<encoded style>`");
+        }
+        for (col, column) in &table.columns {
+            let cat = format!("{at}.columns.{col}");
+            if column.precision.is_some() {
+                refuse!(PrecisionPlacement, cat, "force-field tables declare no precision");
+            }
+            let is_string = column.dtype() == DType::String;
+            let endpoint = ["name", "itom", "jtom", "ktom", "ltom", "mtom"].contains(&col.as_str());
+            if endpoint && !is_string || !endpoint && !is_string && column.dtype() != DType::F64 {
+                refuse!(ForceFieldTable, cat, "a table column is a string (name, endpoints) or an f64/string parameter, not {}", column.dtype());
+            }
+        }
+        if let Some(ColumnData::String(names)) = table.columns.get("name").map(|c| &c.data) {
+            let mut seen = BTreeSet::new();
+            if let Some(dup) = names.iter().find(|n| !seen.insert(n.as_str())) {
+                refuse!(ForceFieldTable, format!("{at}.columns.name"), "duplicate name `{dup}`");
+            }
+        }
+        prepare_block(table, &at)?;
+    }
+    Ok(())
+}
+
+fn is_encoded_style(style: &str) -> bool {
+    let b = style.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' => i += 1,
+            b'%' if i + 2 < b.len() + 0 && b[i + 1].is_ascii_hexdigit() && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit) => i += 3,
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Encodes a style name for a table's block name (`lj/cut` -> `lj%2Fcut`).
+pub fn encode_style(style: &str) -> String {
+    let mut out = String::with_capacity(style.len());
+    for b in style.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The declaration a record's trajectory presents.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecordDeclaration {
+    /// Blocks and per-step meta.
+    pub schema: SequenceSchema,
+    /// Whether the record states a per-step meta declaration (its own schema,
+    /// or frames to infer it from); a zero-frame record without a schema
+    /// states none and takes the collection's.
+    pub states_meta: bool,
+}
+
+/// The declaration a record's trajectory presents: its own, or one inferred
+/// from its frames (block columns from the updates, meta tags by DIGEST §7).
+pub fn record_declaration(traj: &Trajectory, at: &str) -> Result<RecordDeclaration> {
+    if let Some(schema) = &traj.schema {
+        check_schema(schema, &format!("{at}.schema"))?;
+        return Ok(RecordDeclaration { schema: schema.clone(), states_meta: true });
+    }
+    let mut decl = SequenceSchema::default();
+    for (i, step) in traj.frames.iter().enumerate() {
+        let fat = format!("{at}.frames[{i}]");
+        for (name, block) in &step.blocks {
+            let entry = decl.blocks.entry(name.clone()).or_insert_with(|| BlockDecl {
+                structural_shape: block.structural_shape.clone(),
+                targets: block.targets.clone(),
+                ..BlockDecl::default()
+            });
+            for (col, column) in &block.columns {
+                let cd = ColumnDecl {
+                    dtype: column.dtype(),
+                    trailing: column.shape.get(1..).unwrap_or_default().to_vec(),
+                    nullable: column.validity.as_ref().is_some_and(|m| m.iter().any(|v| !v)),
+                    precision: None,
+                };
+                merge_column_decl(entry, col, cd, &format!("{fat}.blocks.{name}.columns.{col}"), Clause::BlockColumnSetStable)?;
+            }
+        }
+        for (key, value) in &step.meta {
+            let tag = if CANONICAL_F64_STEP_KEYS.contains(&key.as_str()) && value.is_number() {
+                MetaTag::F64
+            } else {
+                MetaTag::infer(value)
+            };
+            decl.meta.entry(key.clone()).or_insert(MetaDecl { tag, fill: None });
+        }
+    }
+    check_schema(&decl, at)?;
+    Ok(RecordDeclaration { schema: decl, states_meta: !traj.frames.is_empty() })
+}
+
+/// A collection declaration derived from its records: the union of their
+/// blocks (agreeing on shared columns) and the one meta declaration they share.
+#[derive(Clone, Debug, Default)]
+pub struct DerivedSchema {
+    schema: SequenceSchema,
+    meta_fixed: bool,
+}
+
+impl DerivedSchema {
+    /// The declaration so far.
+    pub fn schema(&self) -> &SequenceSchema {
+        &self.schema
+    }
+
+    /// Adds one record's declaration.
+    pub fn merge(&mut self, record: &RecordDeclaration, at: &str) -> Result<()> {
+        if record.states_meta {
+            if !self.meta_fixed {
+                self.schema.meta = record.schema.meta.clone();
+                self.meta_fixed = true;
+            } else if self.schema.meta != record.schema.meta {
+                refuse!(RecordMetaDeclaration, at, "per-step meta declaration {} differs from the other records' {}", meta_decl_text(&record.schema), meta_decl_text(&self.schema));
+            }
+        }
+        let schema = &mut self.schema;
+        for (name, rb) in &record.schema.blocks {
+            let bat = format!("{at}.blocks.{name}");
+            let entry = schema.blocks.entry(name.clone()).or_insert_with(|| BlockDecl { columns: BTreeMap::new(), ..rb.clone() });
+            if entry.structural_shape != rb.structural_shape || entry.targets != rb.targets || entry.aligned_with != rb.aligned_with {
+                refuse!(DerivedColumnsAgree, bat, "records disagree on this block's structure");
+            }
+            for (col, cd) in &rb.columns {
+                merge_column_decl(entry, col, cd.clone(), &format!("{bat}.columns.{col}"), Clause::DerivedColumnsAgree)?;
+            }
+        }
+        check_schema(schema, "sequence_schema")
+    }
+}
+
+fn merge_column_decl(block: &mut BlockDecl, col: &str, cd: ColumnDecl, at: &str, clause: Clause) -> Result<()> {
+    match block.columns.get_mut(col) {
+        None => {
+            block.columns.insert(col.to_string(), cd);
+        }
+        Some(have) => {
+            if have.dtype != cd.dtype || have.trailing != cd.trailing || have.precision.map(f64::to_bits) != cd.precision.map(f64::to_bits) {
+                return Err(Error::refused(
+                    clause,
+                    at,
+                    format!(
+                        "column declared {} {:?} elsewhere, {} {:?} here",
+                        have.dtype, have.trailing, cd.dtype, cd.trailing
+                    ),
+                ));
+            }
+            have.nullable |= cd.nullable;
+        }
+    }
+    Ok(())
+}
+
+/// Checks a record against the collection declaration and prepares it for
+/// encoding. `schema` is the collection's (given, or derived over all records).
+pub fn prepare_record(record: &mut Record, schema: &SequenceSchema, at: &str) -> Result<()> {
+    if record.system.is_none() && record.trajectory.is_none() {
+        refuse!(RecordNotEmpty, at, "a record needs a system or a trajectory (or both)");
+    }
+    if let Some(system) = &mut record.system {
+        prepare_system(system, &format!("{at}.system"))?;
+    }
+    if let Some(traj) = &mut record.trajectory {
+        let tat = format!("{at}.trajectory");
+        let own = record_declaration(traj, &tat)?;
+        if own.states_meta && own.schema.meta != schema.meta {
+            refuse!(RecordMetaDeclaration, tat, "per-step meta declaration {} differs from the collection's {}", meta_decl_text(&own.schema), meta_decl_text(schema));
+        }
+        if traj.schema.is_some() {
+            for (name, decl) in &own.schema.blocks {
+                if schema.blocks.get(name) != Some(decl) {
+                    refuse!(RecordOutsideDeclaration, format!("{tat}.schema.blocks.{name}"), "block declaration differs from or is outside sequence_schema");
+                }
+            }
+        }
+        prepare_trajectory(traj, record.system.as_ref(), schema, &tat)?;
+    }
+    Ok(())
+}
+
+fn meta_decl_text(s: &SequenceSchema) -> String {
+    let keys: Vec<String> = s.meta.iter().map(|(k, d)| format!("{k}:{}{}", d.tag.name(), if d.fill.is_some() { "+fill" } else { "" })).collect();
+    format!("{{{}}}", keys.join(", "))
+}
+
+fn prepare_trajectory(traj: &mut Trajectory, system: Option<&Frame>, schema: &SequenceSchema, at: &str) -> Result<()> {
+    let has_time = traj.frames.first().is_some_and(|f| f.time.is_some());
+    let mut previous_step: Option<i64> = None;
+    let mut column_sets: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut resolved: BTreeMap<String, Block> = BTreeMap::new();
+    let no_blocks = BTreeMap::new();
+    let system_blocks = system.map(|s| &s.blocks).unwrap_or(&no_blocks);
+    for name in schema.blocks.keys() {
+        if schema.blocks[name].aligned_with.is_some() && system_blocks.contains_key(name) {
+            refuse!(AlignedNotSystemName, format!("{at}"), "aligned block `{name}` shares its name with a system block");
+        }
+    }
+    for (i, step) in traj.frames.iter_mut().enumerate() {
+        let fat = format!("{at}.frames[{i}]");
+        if let Some(prev) = previous_step {
+            if step.step <= prev {
+                refuse!(StepIncreasing, format!("{fat}.step"), "step {} after step {prev}: steps must strictly increase", step.step);
+            }
+        }
+        previous_step = Some(step.step);
+        if step.time.is_some() != has_time {
+            refuse!(TimeAllOrNone, format!("{fat}.time"), "time must be on every frame or on none");
+        }
+        prepare_step_meta(&mut step.meta, schema, &format!("{fat}.meta"))?;
+        check_cell(step.cell.as_mut(), &format!("{fat}.box"))?;
+        for (name, block) in &mut step.blocks {
+            let bat = format!("{fat}.blocks.{name}");
+            let Some(decl) = schema.blocks.get(name) else {
+                refuse!(RecordOutsideDeclaration, bat, "block `{name}` is not declared in sequence_schema");
+            };
+            if name == "box" {
+                refuse!(FrameReservedBlockName, bat, "block name `box` is reserved in a frame");
+            }
+            if let Some(shape) = &decl.structural_shape {
+                let product = shape.iter().try_fold(1u64, |a, &b| a.checked_mul(b));
+                if block.count != 0 && product != Some(block.count) {
+                    refuse!(StructuralShapeFixed, bat, "count {} differs from the declared structural_shape {shape:?}", block.count);
+                }
+            }
+            check_structural_shape(block, &bat)?;
+            let names: Vec<String> = block.columns.keys().cloned().collect();
+            match column_sets.get(name) {
+                Some(first) if *first != names => {
+                    refuse!(BlockColumnSetStable, bat, "columns {names:?} differ from this record's earlier update {first:?}");
+                }
+                Some(_) => {}
+                None => {
+                    column_sets.insert(name.clone(), names);
+                }
+            }
+            for (col, column) in &mut block.columns {
+                let cat = format!("{bat}.columns.{col}");
+                let Some(cd) = decl.columns.get(col) else {
+                    refuse!(RecordOutsideDeclaration, cat, "column `{col}` is not declared for block `{name}`");
+                };
+                if column.precision.is_some() {
+                    refuse!(PrecisionPlacement, cat, "a trajectory column takes its precision from sequence_schema");
+                }
+                if column.dtype() != cd.dtype || column.shape.get(1..).unwrap_or_default() != cd.trailing.as_slice() {
+                    refuse!(RecordOutsideDeclaration, cat, "{} {:?} differs from the declared {} with trailing {:?}", column.dtype(), column.shape, cd.dtype, cd.trailing);
+                }
+                prepare_column(column, col, block.count, cd.precision, &cat)?;
+                column.precision = None;
+                if column.validity.is_some() && !cd.nullable {
+                    refuse!(RecordOutsideDeclaration, cat, "a mask on a column not declared nullable");
+                }
+            }
+            if let Some(sys) = system_blocks.get(name) {
+                if block.count != sys.count {
+                    refuse!(SystemTrajectoryRowCount, bat, "{} rows; the system block `{name}` has {}", block.count, sys.count);
+                }
+                if let Some(col) = block.columns.keys().find(|c| sys.columns.contains_key(*c)) {
+                    refuse!(SystemTrajectoryColumnDisjoint, format!("{bat}.columns.{col}"), "column `{col}` is in both the system and the trajectory block");
+                }
+            }
+        }
+        for (name, block) in &step.blocks {
+            resolved.insert(name.clone(), block.clone());
+        }
+        check_aligned(&resolved, schema, &fat)?;
+        check_row_references(&resolved, Some(system_blocks), &format!("{fat}.blocks"))?;
+    }
+    Ok(())
+}
+
+/// Per-step meta: every key declared, values normalized, fills materialized.
+fn prepare_step_meta(meta: &mut Document, schema: &SequenceSchema, at: &str) -> Result<()> {
+    if let Some(extra) = meta.keys().find(|k| !schema.meta.contains_key(*k)) {
+        refuse!(RecordOutsideDeclaration, format!("{at}.{extra}"), "per-step key `{extra}` is not declared");
+    }
+    for (key, decl) in &schema.meta {
+        let kat = format!("{at}.{key}");
+        let value = match (meta.get(key), &decl.fill) {
+            (Some(v), _) => v,
+            (None, Some(fill)) => fill,
+            (None, None) => refuse!(StepMetaRequired, kat, "declared per-step key `{key}` is missing and has no fill"),
+        };
+        let normal = typed_json::normalize(decl.tag, value).map_err(|e| Error::refused(Clause::TypedValue, &kat, e))?;
+        meta.insert(key.clone(), normal);
+    }
+    Ok(())
+}
+
+/// The aligned-block row-count rule on one resolved frame.
+fn check_aligned(resolved: &BTreeMap<String, Block>, schema: &SequenceSchema, at: &str) -> Result<()> {
+    for (name, decl) in &schema.blocks {
+        let (Some(target), Some(block)) = (&decl.aligned_with, resolved.get(name)) else { continue };
+        match resolved.get(target) {
+            None => refuse!(AlignedRowCount, format!("{at}.blocks.{name}"), "aligned block is present while its target `{target}` is absent"),
+            Some(t) if t.count != block.count => refuse!(
+                AlignedRowCount,
+                format!("{at}.blocks.{name}"),
+                "{} rows, its target `{target}` has {}",
+                block.count,
+                t.count
+            ),
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// Validates a whole collection in memory and prepares it for writing;
+/// returns the effective declaration (given or derived).
+pub fn prepare_collection(c: &mut Collection) -> Result<SequenceSchema> {
+    prepare_collection_meta(&mut c.header.meta)?;
+    if let Some(ff) = &mut c.header.forcefield {
+        prepare_forcefield(ff)?;
+    }
+    let schema = effective_schema(&c.header, &c.records)?;
+    for (r, record) in c.records.iter_mut().enumerate() {
+        prepare_record(record, &schema, &format!("records[{r}]"))?;
+    }
+    prepare_index(&mut c.index, c.records.len() as u64)?;
+    Ok(schema)
+}
+
+/// The collection's declaration: the given one, or the derived union.
+pub fn effective_schema(header: &Header, records: &[Record]) -> Result<SequenceSchema> {
+    if let Some(s) = &header.sequence_schema {
+        check_schema(s, "sequence_schema")?;
+        return Ok(s.clone());
+    }
+    let mut derived = DerivedSchema::default();
+    for (r, record) in records.iter().enumerate() {
+        if let Some(traj) = &record.trajectory {
+            let at = format!("records[{r}].trajectory");
+            derived.merge(&record_declaration(traj, &at)?, &at)?;
+        }
+    }
+    Ok(derived.schema)
+}
