@@ -2,9 +2,11 @@
 //!
 //! Independence: nothing in `judge`, `inspect` or `recipe` calls the
 //! reference crate. The reference is only reached through
-//! [`adapter::Implementation`], like any other implementation.
+//! [`adapter::Implementation`], like any other implementation
+//! (`adapter::reference`).
 
 pub mod adapter;
+pub mod golden;
 pub mod inspect;
 pub mod judge;
 pub mod recipe;

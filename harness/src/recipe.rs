@@ -252,7 +252,7 @@ pub fn parse_hex(hex: &str) -> Result<Vec<u8>, String> {
         .bytes()
         .filter(|b| !matches!(b, b' ' | b'_' | b'\n' | b'\t'))
         .collect();
-    if digits.len() % 2 != 0 {
+    if digits.len() % 2 == 1 {
         return Err(format!("hex {hex:?} has an odd number of digits"));
     }
     digits
@@ -336,9 +336,10 @@ pub fn materialize(
     result
 }
 
+/// Bytes an edit may add to the file (at most [`MAX_VALUE_LEN`]).
 fn edit_weight(edit: &Edit) -> u64 {
     let len = |s: &str| s.len() as u64;
-    match edit {
+    let weight = match edit {
         Edit::Put {
             json, hex, text, ..
         } => {
@@ -349,7 +350,8 @@ fn edit_weight(edit: &Edit) -> u64 {
         Edit::SetJson { value, .. } | Edit::SetHeader { value, .. } => len(&value.to_string()),
         Edit::SetBytes { offset, hex, .. } => offset.saturating_add(len(hex)),
         _ => 0,
-    }
+    };
+    weight.min(MAX_VALUE_LEN)
 }
 
 fn remove_existing(out: &Path) -> Result<(), RecipeError> {

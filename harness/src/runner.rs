@@ -284,3 +284,45 @@ fn remove_file_and_lock(path: &Path) {
     lock.push("-lock");
     let _ = std::fs::remove_file(PathBuf::from(lock));
 }
+
+/// Every trial of every suite, in order: (suite, case, direction).
+pub fn trials(layout: &Layout) -> Result<Vec<(Suite, Case, Direction)>, String> {
+    let mut out = Vec::new();
+    for suite in layout.suites()? {
+        for case in &suite.cases {
+            for direction in case.directions(&layout.fixtures) {
+                out.push((suite.clone(), case.clone(), direction));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Runs every trial whose name contains `filter` (all when `None`).
+pub fn run_all(
+    layout: &Layout,
+    imp: &mut dyn Implementation,
+    reference: &mut dyn Implementation,
+    workdir: &Path,
+    filter: Option<&str>,
+    mut progress: impl FnMut(&TrialResult),
+) -> Result<Vec<TrialResult>, String> {
+    let mut ctx = Context { layout, workdir: workdir.to_path_buf(), reference };
+    let mut results = Vec::new();
+    for (suite, case, direction) in trials(layout)? {
+        if filter.is_some_and(|f| !trial_name(&suite.module, &case.id, direction).contains(f)) {
+            continue;
+        }
+        let result = run_trial(&suite, &case, direction, imp, &mut ctx);
+        progress(&result);
+        results.push(result);
+    }
+    Ok(results)
+}
+
+/// A fresh scratch directory for one run.
+pub fn scratch_dir(tag: &str) -> PathBuf {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::env::temp_dir().join(format!("molrec-harness-{tag}-{}-{n}", std::process::id()))
+}

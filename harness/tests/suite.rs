@@ -1,1 +1,47 @@
-fn main() {}
+//! The suites against the bundled reference, one libtest trial per
+//! (case, direction), named `module::case::direction`; libtest's filtering
+//! flags work (`cargo test -p harness --test suite -- collection::units`).
+//!
+//! Besides the trials, this binary holds the checks of the harness itself:
+//! the suite lint and the spec-map coverage rule.
+
+use harness::adapter::reference::Reference;
+use harness::runner::{run_trial, scratch_dir, trials, trial_name, Context, Verdict};
+use harness::suite::{lint, Layout};
+use libtest_mimic::{Arguments, Failed, Trial};
+
+fn main() {
+    let args = Arguments::from_args();
+    let layout = Layout::repository();
+    let mut tests = vec![
+        Trial::test("harness::lint", || {
+            let problems = lint(&Layout::repository());
+            if problems.is_empty() {
+                Ok(())
+            } else {
+                Err(problems.join("\n").into())
+            }
+        }),
+    ];
+    let all = match trials(&layout) {
+        Ok(t) => t,
+        Err(e) => panic!("cannot load the suites: {e}"),
+    };
+    for (suite, case, direction) in all {
+        let name = trial_name(&suite.module, &case.id, direction);
+        tests.push(Trial::test(name, move || {
+            let layout = Layout::repository();
+            let mut imp = Reference::new();
+            let mut reference = Reference::new();
+            let workdir = scratch_dir(&case.id);
+            let mut ctx = Context { layout: &layout, workdir: workdir.clone(), reference: &mut reference };
+            let result = run_trial(&suite, &case, direction, &mut imp, &mut ctx);
+            let _ = std::fs::remove_dir_all(&workdir);
+            match result.verdict {
+                Verdict::Pass => Ok(()),
+                other => Err(Failed::from(format!("{other:?}: {}", result.detail))),
+            }
+        }));
+    }
+    libtest_mimic::run(&args, tests).exit();
+}

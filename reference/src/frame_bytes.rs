@@ -1142,6 +1142,13 @@ fn to_bools(bytes: &[u8], what: &str) -> Result<Vec<bool>> {
         .collect()
 }
 
+/// The element types a buffer may be viewed as in place: every bit pattern
+/// of `size_of::<Self>()` bytes is a valid value. Implemented for `f64` and
+/// `u64` only (private: no other type can be added).
+trait PlainOld: Copy {}
+impl PlainOld for f64 {}
+impl PlainOld for u64 {}
+
 impl<'a> ColumnRef<'a> {
     /// An owned copy of the column. Works at any address (no alignment
     /// needed); checks that bool values and mask bytes are 0 / 1 and that
@@ -1244,8 +1251,7 @@ impl<'a> ColumnRef<'a> {
 
     /// The buffer viewed in place as `T`, when the dtype is `dtype`, the
     /// target is little-endian and the real address is aligned for `T`.
-    /// Private, instantiated only with `f64` and `u64`.
-    fn view<T: Copy>(&self, dtype: DType) -> Option<&'a [T]> {
+    fn view<T: PlainOld>(&self, dtype: DType) -> Option<&'a [T]> {
         let size = std::mem::size_of::<T>();
         let ColumnBytes::Buffer(bytes) = self.data else {
             return None;
@@ -1256,14 +1262,14 @@ impl<'a> ColumnRef<'a> {
         if bytes.is_empty() {
             return Some(&[]);
         }
-        if (bytes.as_ptr() as usize) % std::mem::align_of::<T>() != 0 {
+        if !bytes.as_ptr().cast::<T>().is_aligned() {
             return None;
         }
         // SAFETY: `bytes` is a live slice borrowed for 'a; its start address
         // was just checked to be aligned for `T`, and its length is a whole
         // number of `T`s, so the new slice covers exactly the same memory.
-        // `T` is `f64` or `u64` (the only instantiations), for which every bit
-        // pattern is a valid value, and on a little-endian target their
+        // `T` is `f64` or `u64` (the only `PlainOld` types), for which every
+        // bit pattern is a valid value, and on a little-endian target their
         // in-memory layout is the buffer's little-endian encoding. The bytes
         // are shared and immutable for 'a, as the new slice requires.
         Some(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), bytes.len() / size) })

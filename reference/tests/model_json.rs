@@ -127,7 +127,8 @@ fn example_matches_the_json_schema() {
     let broken: [fn(&mut Value); 5] = [
         |v| v["records"][0]["system"]["blocks"]["atoms"]["count"] = json!("3"),
         |v| v["index"]["code"]["dtype"] = json!("f32"),
-        |v| v["index"]["n_heavy"]["values"][0] = json!(1.0),
+        // (Not `1.0`: JSON Schema counts `1.0` as an integer; only the reader refuses it.)
+        |v| v["index"]["n_heavy"]["values"][0] = json!(1.5),
         |v| v["records"][0]["extra"] = json!(1),
         |v| v["records"][2] = json!({"meta": {}}),
     ];

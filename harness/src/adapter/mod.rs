@@ -10,6 +10,7 @@
 //! (a crash, a timeout, a malformed answer) are never counted as refusals.
 
 pub mod protocol;
+pub mod reference;
 pub mod subprocess;
 
 pub use subprocess::{Subprocess, DEFAULT_TIMEOUT};

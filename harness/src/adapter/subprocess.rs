@@ -822,6 +822,12 @@ time.sleep(3600)
     }
 
     #[test]
+    fn subprocess_can_move_to_another_thread() {
+        fn assert_send<T: Send>() {}
+        assert_send::<Subprocess>();
+    }
+
+    #[test]
     fn tail_keeps_the_last_bytes() {
         let mut tail = Tail::new(8);
         tail.push(b"abc");

@@ -573,9 +573,7 @@ pub fn reencode(old: &FrameView<'_>, header: &Map<String, Value>) -> Result<Vec<
     out.extend_from_slice(&old.value[..4]);
     out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(&json);
-    while out.len() % 8 != 0 {
-        out.push(0);
-    }
+    out.resize(out.len().next_multiple_of(8), 0);
     out.extend_from_slice(payload);
     Ok(out)
 }

@@ -73,9 +73,7 @@ fn encode(blocks: Vec<(&str, u64, Vec<Col>)>, extra: Value) -> Vec<u8> {
             let mut entry = json!({"dtype": col.dtype, "shape": col.shape});
             match col.buf {
                 Buf::Raw(bytes) => {
-                    while payload.len() % 8 != 0 {
-                        payload.push(0);
-                    }
+                    payload.resize(payload.len().next_multiple_of(8), 0);
                     entry["offset"] = json!(payload.len());
                     payload.extend_from_slice(&bytes);
                 }
@@ -98,9 +96,7 @@ fn encode(blocks: Vec<(&str, u64, Vec<Col>)>, extra: Value) -> Vec<u8> {
     let mut out = b"MRF1".to_vec();
     out.extend_from_slice(&(header.len() as u32).to_le_bytes());
     out.extend_from_slice(&header);
-    while out.len() % 8 != 0 {
-        out.push(0);
-    }
+    out.resize(out.len().next_multiple_of(8), 0);
     out.extend_from_slice(&payload);
     out
 }
@@ -818,9 +814,7 @@ fn frame_check_never_panics_on_mangled_values() {
         let mut v = b"MRF1".to_vec();
         v.extend_from_slice(&(text.len() as u32).to_le_bytes());
         v.extend_from_slice(&text);
-        while v.len() % 8 != 0 {
-            v.push(0);
-        }
+        v.resize(v.len().next_multiple_of(8), 0);
         let (view, problems) = frame_bytes::check(&v);
         assert!(view.is_some());
         assert!(!problems.is_empty(), "{header}");

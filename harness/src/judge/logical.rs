@@ -353,7 +353,17 @@ fn derive_schema(records: &[Value]) -> Result<Schema, JudgeError> {
                     .entry(name.clone())
                     .or_insert_with(|| serde_json::json!({"columns": {}}));
                 for k in ["structural_shape", "targets"] {
-                    if let Some(x) = b.get(k).filter(|x| !x.is_null() && decl.get(k).is_none()) {
+                    let well_formed = |x: &&Value| match k {
+                        "targets" => x
+                            .as_object()
+                            .is_some_and(|t| t.values().all(Value::is_string)),
+                        _ => x.as_array().is_some_and(|s| s.iter().all(Value::is_u64)),
+                    };
+                    if let Some(x) = b
+                        .get(k)
+                        .filter(well_formed)
+                        .filter(|_| decl.get(k).is_none())
+                    {
                         decl[k] = x.clone();
                     }
                 }
@@ -362,9 +372,17 @@ fn derive_schema(records: &[Value]) -> Result<Schema, JudgeError> {
                     None => continue,
                 };
                 for (cname, c) in cols {
+                    // Only well-formed declarations are derived; the main pass
+                    // refuses the rest with the path of the offending value.
                     let (d, shape) =
                         match (c.get("dtype"), c.get("shape").and_then(Value::as_array)) {
-                            (Some(d), Some(s)) if !s.is_empty() => (d.clone(), s),
+                            (Some(d), Some(s))
+                                if d.as_str().is_some_and(|d| DTYPES.contains(&d))
+                                    && !s.is_empty()
+                                    && s.iter().all(Value::is_u64) =>
+                            {
+                                (d.clone(), s)
+                            }
                             _ => continue,
                         };
                     let trailing = Value::Array(shape[1..].to_vec());
@@ -372,16 +390,8 @@ fn derive_schema(records: &[Value]) -> Result<Schema, JudgeError> {
                         .get("validity")
                         .and_then(Value::as_array)
                         .is_some_and(|v| v.iter().any(|b| b == &Value::Bool(false)));
-                    let path = key(
-                        &key(
-                            &key(
-                                &idx(&key(&key(&idx("records", i), "trajectory"), "frames"), j),
-                                "blocks",
-                            ),
-                            name,
-                        ),
-                        cname,
-                    );
+                    let frame = idx(&key(&key(&idx("records", i), "trajectory"), "frames"), j);
+                    let path = key(&key(&key(&key(&frame, "blocks"), name), "columns"), cname);
                     match decl["columns"].get_mut(cname) {
                         Some(old) => {
                             if old["dtype"] != d || old["trailing"] != trailing {
@@ -396,8 +406,9 @@ fn derive_schema(records: &[Value]) -> Result<Schema, JudgeError> {
                         }
                         None => {
                             let mut col = serde_json::json!({"dtype": d, "trailing": trailing, "nullable": nullable});
-                            if let Some(p) = c.get("precision").filter(|p| !p.is_null()) {
-                                col["precision"] = p.clone();
+                            let p = c.get("precision").and_then(Value::as_f64);
+                            if let Some(p) = p.filter(|&p| d == "f64" && quantum(p).is_some()) {
+                                col["precision"] = Value::from(p);
                             }
                             decl["columns"][cname] = col;
                         }

@@ -1,0 +1,49 @@
+//! Golden files: `.mrec.lmdb` files written by the reference and committed,
+//! read by every implementation. Regenerated only by `harness golden`.
+
+use crate::adapter::reference::Reference;
+use crate::adapter::{Implementation, Outcome};
+use crate::suite::{Kind, Layout};
+use std::path::PathBuf;
+
+/// Cases that get a golden file: these round trips.
+pub const GOLDEN_CASES: &[&str] = &[];
+
+/// Writes `fixtures/golden/<case>.mrec.lmdb` and the canonical JSON it reads
+/// back as (`<case>.dump.json`) for every round-trip case listed in
+/// [`GOLDEN_CASES`] (all round trips when the list is empty).
+pub fn regenerate(layout: &Layout) -> Result<Vec<PathBuf>, String> {
+    let dir = layout.fixtures.join("golden");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut reference = Reference::new();
+    let mut written = Vec::new();
+    for suite in layout.suites()? {
+        for case in suite.cases.iter().filter(|c| c.kind == Kind::RoundTrip) {
+            if !GOLDEN_CASES.is_empty() && !GOLDEN_CASES.contains(&case.id.as_str()) {
+                continue;
+            }
+            let Some(name) = &case.fixture else { continue };
+            let fixture = layout.fixture(name)?;
+            let path = case.golden_path(&layout.fixtures);
+            let _ = std::fs::remove_file(&path);
+            match reference.write(&fixture, &path) {
+                Outcome::Done(()) => {}
+                other => return Err(format!("{}: the reference could not write it: {other:?}", case.id)),
+            }
+            let mut lock = path.clone().into_os_string();
+            lock.push("-lock");
+            match reference.read(&path) {
+                Outcome::Done(json) => {
+                    let dump = dir.join(format!("{}.dump.json", case.id));
+                    let text = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
+                    std::fs::write(&dump, text + "\n").map_err(|e| format!("{}: {e}", dump.display()))?;
+                    written.push(dump);
+                }
+                other => return Err(format!("{}: the reference could not read it back: {other:?}", case.id)),
+            }
+            let _ = std::fs::remove_file(PathBuf::from(lock));
+            written.push(path);
+        }
+    }
+    Ok(written)
+}

@@ -1,0 +1,185 @@
+//! `harness`: run the molrec conformance suites against an implementation.
+
+use clap::{Parser, Subcommand};
+use harness::adapter::reference::Reference;
+use harness::adapter::{Implementation, Subprocess};
+use harness::report::{Expectations, Report, SuiteInfo};
+use harness::runner::{run_all, scratch_dir, Verdict};
+use harness::suite::{lint, Layout};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Conformance harness for molrec collections and their LMDB binding.
+#[derive(Parser)]
+#[command(name = "harness", version, after_help = "Exit codes: 0 every result as expected; 1 an unexpected result; 2 usage or setup error.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the suites and write the reports.
+    Run {
+        /// The implementation as a command speaking docs/adapters.md (default: the bundled reference, in process).
+        #[arg(long)]
+        adapter: Option<String>,
+        /// Known failures (TOML: [[expected-failure]] case = "...", reason = "...").
+        #[arg(long)]
+        expectations: Option<PathBuf>,
+        /// Directory for report.json, junit.xml, report.md, report.html.
+        #[arg(long)]
+        report: Option<PathBuf>,
+        /// Only trials whose name contains this.
+        #[arg(long)]
+        filter: Option<String>,
+        /// Seconds an adapter may take for one request.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+        /// Repository root holding suites/, fixtures/ and spec-map.toml.
+        #[arg(long)]
+        root: Option<PathBuf>,
+    },
+    /// Check the suites: duplicate ids, unknown clauses, missing or unused fixtures.
+    Lint {
+        /// Repository root.
+        #[arg(long)]
+        root: Option<PathBuf>,
+    },
+    /// Regenerate fixtures/golden/ with the reference (never done by a test).
+    Golden {
+        /// Repository root.
+        #[arg(long)]
+        root: Option<PathBuf>,
+    },
+}
+
+fn layout(root: Option<PathBuf>) -> Layout {
+    root.map(|r| Layout::at(&r)).unwrap_or_else(Layout::repository)
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Run { adapter, expectations, report, filter, timeout, root } => {
+            run(layout(root), adapter, expectations, report, filter, timeout)
+        }
+        Command::Lint { root } => {
+            let problems = lint(&layout(root));
+            for p in &problems {
+                eprintln!("{p}");
+            }
+            if problems.is_empty() {
+                println!("suites are clean");
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Command::Golden { root } => match harness::golden::regenerate(&layout(root)) {
+            Ok(written) => {
+                for w in written {
+                    println!("wrote {}", w.display());
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("harness: {e}");
+                ExitCode::from(2)
+            }
+        },
+    }
+}
+
+fn run(
+    layout: Layout,
+    adapter: Option<String>,
+    expectations: Option<PathBuf>,
+    report_dir: Option<PathBuf>,
+    filter: Option<String>,
+    timeout: u64,
+) -> ExitCode {
+    let expectations = match expectations.map(std::fs::read_to_string) {
+        None => Expectations::default(),
+        Some(Ok(text)) => match Expectations::parse(&text) {
+            Ok(e) => e,
+            Err(e) => {
+                eprintln!("harness: expectations: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        Some(Err(e)) => {
+            eprintln!("harness: expectations: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut imp: Box<dyn Implementation> = match adapter {
+        None => Box::new(Reference::new()),
+        Some(cmd) => match Subprocess::spawn(&cmd, Duration::from_secs(timeout)) {
+            Ok(s) => Box::new(s),
+            Err(e) => {
+                eprintln!("harness: cannot start `{cmd}`: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    };
+    let mut reference = Reference::new();
+    let workdir = scratch_dir("run");
+    let description = imp.describe().clone();
+    eprintln!("running the suites against {} {}", description.name, description.version);
+    let results = run_all(&layout, imp.as_mut(), &mut reference, &workdir, filter.as_deref(), |r| {
+        let mark = match r.verdict {
+            Verdict::Pass => "ok",
+            Verdict::PassUnnamed => "ok (unnamed refusal)",
+            Verdict::Fail => "FAIL",
+            Verdict::Error => "ERROR",
+            Verdict::Unsupported => "unsupported",
+        };
+        eprintln!("{:<70} {mark}", r.trial);
+    });
+    let _ = std::fs::remove_dir_all(&workdir);
+    let results = match results {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("harness: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let trial_names: Vec<String> = results.iter().map(|r| r.trial.clone()).collect();
+    let unknown = expectations.unknown(&trial_names);
+    let suites = layout
+        .suites()
+        .unwrap_or_default()
+        .iter()
+        .map(|s| SuiteInfo { module: s.module.clone(), version: s.version })
+        .collect();
+    let report = Report::new(description, suites, results, &expectations);
+    let spec = layout.spec_map().unwrap_or_default();
+    if let Some(dir) = report_dir {
+        if let Err(e) = report.write_all(&dir, &spec) {
+            eprintln!("harness: cannot write reports to {}: {e}", dir.display());
+            return ExitCode::from(2);
+        }
+        eprintln!("reports written to {}", dir.display());
+    }
+    let s = &report.summary;
+    // The plain closing line CI readers recognize.
+    println!(
+        "harness: {} passed, {} failed, {} skipped ({} unnamed refusals, {} expected failures, {} unexpected passes, {} errors)",
+        s.pass + s.expected_failure,
+        s.fail + s.error + s.unexpected_pass,
+        s.unsupported,
+        s.pass_unnamed,
+        s.expected_failure,
+        s.unexpected_pass,
+        s.error
+    );
+    for u in &unknown {
+        eprintln!("harness: expectation names no trial: {u}");
+    }
+    if report.has_unexpected() || !unknown.is_empty() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
