@@ -22,6 +22,11 @@
 //! * stray punctuation that pint's tokenizer silently drops (`a.u.`, `m$`) is
 //!   refused;
 //! * numbers follow `f64`, not Python's exact integers (`2**1024` overflows).
+//!
+//! pint quirks kept for fidelity: names cancelled out are never looked up
+//! (`foo/foo` passes), `m**0` fails unless multiplied by a unit (`m**0*s`),
+//! and a parenthesis right after an operand binds to it (`m**2(s)` is
+//! `m**(2*s)`, refused), whereas `m**2 (s)` is `m**2*s`.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -606,7 +611,9 @@ mod tests {
             "angstrom**2", "angstrom^3", "Å²", "m/s^2", "m/s**2", "s⁻¹", "m^-1", "m**-2",
             "m**0.5", "m^1.5", "s**(1/2)", "N m", "N*m", "kcal mol^-1", "(m/s)**2", "1/s",
             "1/fs", "kJ mol**-1 nm**-2", "m per s", "angstrom squared", "cubic angstrom",
-            "  angstrom  ", "m·s", "m**0*s", "2/2 m",
+            "  angstrom  ", "m·s", "m**2 (s)",
+            // pint quirks.
+            "m**0*s", "2/2 m", "foo/foo",
         ];
         for u in valid {
             assert_eq!(check_unit(u), Ok(()), "{u:?} should be valid");
@@ -640,7 +647,7 @@ mod tests {
     #[test]
     fn never_panics() {
         let deep = format!("{}m{}", "(".repeat(5000), ")".repeat(5000));
-        let long = "m*".repeat(50_000) + "m";
+        let long = "m*".repeat(20_000) + "m";
         for u in [
             &deep,
             &long,

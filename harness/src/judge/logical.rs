@@ -479,7 +479,7 @@ fn system(v: &Value, path: &str, side: Side) -> Result<Value, JudgeError> {
     let mut out = Map::new();
     out.insert("meta".into(), Value::Object(meta_out));
     out.insert("meta_types".into(), Value::Object(types));
-    out.insert("blocks".into(), blocks(m, path, side, None)?);
+    out.insert("blocks".into(), Value::Object(blocks(m, path, side, None)?));
     if let Some(b) = opt(m, "box") {
         out.insert("box".into(), cell_box(b, &key(path, "box"))?);
     }
@@ -495,7 +495,7 @@ fn forcefield(v: &Value, path: &str, side: Side) -> Result<Value, JudgeError> {
     };
     let mut out = Map::new();
     out.insert("meta".into(), Value::Object(meta));
-    out.insert("blocks".into(), blocks(m, path, side, None)?);
+    out.insert("blocks".into(), Value::Object(blocks(m, path, side, None)?));
     Ok(Value::Object(out))
 }
 
@@ -506,7 +506,7 @@ fn blocks(
     path: &str,
     side: Side,
     traj: Option<&BTreeMap<String, BTreeMap<String, f64>>>,
-) -> Result<Value, JudgeError> {
+) -> Result<Map<String, Value>, JudgeError> {
     let bpath = key(path, "blocks");
     let mut out = Map::new();
     if let Some(b) = opt(frame, "blocks") {
@@ -518,7 +518,7 @@ fn blocks(
             );
         }
     }
-    Ok(Value::Object(out))
+    Ok(out)
 }
 
 /// One block. `traj` is `Some` for a trajectory block (with the schema's
@@ -804,17 +804,12 @@ fn trajectory(
             "step".into(),
             cell("i64", required(fm, &p, "step")?, &key(&p, "step"))?,
         );
-        match opt(fm, "time") {
-            Some(t) => {
-                frame.insert("time".into(), cell("f64", t, &key(&p, "time"))?);
-            }
-            None if resolve && has_time => {
-                return fail(&key(&p, "time"), "time is on every frame or on none")
-            }
-            None => {}
-        }
-        if resolve && !has_time && opt(fm, "time").is_some() {
+        let time = opt(fm, "time");
+        if resolve && time.is_some() != has_time {
             return fail(&key(&p, "time"), "time is on every frame or on none");
+        }
+        if let Some(t) = time {
+            frame.insert("time".into(), cell("f64", t, &key(&p, "time"))?);
         }
         let mpath = key(&p, "meta");
         let mut meta = Map::new();
@@ -849,9 +844,7 @@ fn trajectory(
             }
         }
         frame.insert("meta".into(), Value::Object(meta));
-        let Value::Object(blocks) = blocks(fm, &p, side, Some(precisions))? else {
-            return fail(&p, "blocks");
-        };
+        let blocks = blocks(fm, &p, side, Some(precisions))?;
         let bx = match opt(fm, "box") {
             Some(b) => Some(cell_box(b, &key(&p, "box"))?),
             None => None,

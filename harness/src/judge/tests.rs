@@ -346,6 +346,39 @@ fn derived_schema_ignores_nullable_and_defaults_to_empty() {
 }
 
 #[test]
+fn derived_schema_refuses_records_that_disagree() {
+    let rec = |d: &str| {
+        json!({"trajectory": {"frames": [{"step": 0, "blocks": {"atoms": {"count": 1,
+        "columns": {"x": {"dtype": d, "shape": [1], "values": [1]}}}}}]}})
+    };
+    let e = json!({"meta": {}, "records": [rec("f64"), rec("i64")]});
+    let err = expected_logical(&e).unwrap_err();
+    assert_eq!(
+        err.path,
+        "records[1].trajectory.frames[0].blocks.atoms.columns.x"
+    );
+}
+
+#[test]
+fn c64_parts_compare_at_f32_width() {
+    let sys = |v: Value| {
+        with_system(
+            json!({"blocks": {"w": {"count": 1, "columns": {"z": {"dtype": "c64", "shape": [1], "values": [v]}}}}}),
+        )
+    };
+    let same = compare(
+        &sys(json!([0.1, "NaN"])),
+        &sys(json!([0.10000000149011612, "NaN"])),
+    );
+    assert_eq!(same.unwrap(), vec![]);
+    let d = compare(&sys(json!([0.1, 0.0])), &sys(json!([0.2, 0.0]))).unwrap();
+    assert_eq!(
+        paths(&d),
+        ["records[0].system.blocks.w.columns.z.values[0][0]"]
+    );
+}
+
+#[test]
 fn malformed_inputs_are_refused_with_a_path_and_never_panic() {
     let bad_len = with_system(
         json!({"blocks": {"atoms": {"count": 2, "columns": {"x": {"dtype": "f64", "shape": [2, 3], "values": [1, 2]}}}}}),

@@ -4,7 +4,7 @@
 mod reader;
 mod writer;
 
-pub use reader::{Reader, RecordTxn};
+pub use reader::{Reader, RecordTxn, ResolvedView};
 pub use writer::{write_collection, Writer, WriterOptions};
 
 use crate::error::{Error, Result};

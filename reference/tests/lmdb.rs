@@ -1,0 +1,256 @@
+//! The LMDB binding through real files: writer, reader, refusals of files
+//! broken by hand with raw heed writes.
+
+use heed::types::Bytes;
+use heed::{Database, EnvFlags, EnvOpenOptions};
+use molrec::lmdb::{frame_key, write_collection, Reader, Writer, WriterOptions};
+use molrec::model_json::{collection_from_json, collection_to_json};
+use molrec::{Clause, Error};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("molrec-lmdb-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{name}.mrec.lmdb"));
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(dir.join(format!("{name}.mrec.lmdb-lock")));
+    path
+}
+
+fn f64col(values: &[f64]) -> Value {
+    json!({"dtype": "f64", "shape": [values.len()], "values": values})
+}
+
+fn atoms(x: &[f64]) -> Value {
+    json!({"count": x.len(), "columns": {"x": f64col(x), "y": f64col(&vec![0.0; x.len()]), "z": f64col(&vec![0.0; x.len()])}})
+}
+
+fn water_collection(records: usize) -> Value {
+    let recs: Vec<Value> = (0..records)
+        .map(|r| {
+            let shift = r as f64 * 0.01;
+            json!({
+                "meta": {"n": r},
+                "system": {"blocks": {"atoms": {"count": 3, "columns": {
+                    "element": {"dtype": "string", "shape": [3], "values": ["O", "H", "H"]}}}}},
+                "trajectory": {"frames": [
+                    {"step": 0, "meta": {"pe": -76.0 - shift}, "blocks": {"atoms": atoms(&[0.0, 0.96 + shift, -0.24])}},
+                    {"step": 1, "meta": {"pe": -76.1}, "blocks": {"atoms": atoms(&[0.0, 0.96 + shift, -0.24])}},
+                    {"step": 2, "meta": {"pe": -76.2}, "blocks": {"atoms": atoms(&[0.01, 0.95, -0.25])}}
+                ]}
+            })
+        })
+        .collect();
+    json!({"meta": {"units": {"length": "angstrom", "energy": "kcal/mol"}}, "records": recs})
+}
+
+fn write_json(path: &Path, c: &Value, options: WriterOptions) -> Result<(), Error> {
+    write_collection(path, collection_from_json(c)?, options)
+}
+
+fn update_blocks(reader: &Reader, j: u64) -> Vec<String> {
+    let txn = reader.txn().unwrap();
+    let frame = txn.frame_update(j).unwrap();
+    frame.blocks.keys().map(|k| k.to_string()).collect()
+}
+
+#[test]
+fn unchanged_blocks_are_not_restated_and_carry_forward_never_crosses_records() {
+    let path = scratch("carry");
+    write_json(&path, &water_collection(2), WriterOptions::default()).unwrap();
+    let reader = Reader::open(&path).unwrap();
+    // Record 0: frame 1 repeats frame 0 bit for bit, so it holds no block.
+    assert_eq!(update_blocks(&reader, 0), vec!["atoms"]);
+    assert_eq!(update_blocks(&reader, 1), Vec::<String>::new());
+    assert_eq!(update_blocks(&reader, 2), vec!["atoms"]);
+    // Record 1's first frame restates atoms although record 0 ended with
+    // different values: nothing carries across the boundary.
+    assert_eq!(update_blocks(&reader, 3), vec!["atoms"]);
+    // Resolved, every frame has atoms.
+    let record = reader.record(0).unwrap();
+    let frames = &record.trajectory.unwrap().frames;
+    assert!(frames.iter().all(|f| f.blocks.contains_key("atoms")));
+}
+
+#[test]
+fn a_first_frame_restates_even_an_identical_block() {
+    let mut c = water_collection(2);
+    // Make record 1's frames identical to record 0's last frame.
+    let last = c["records"][0]["trajectory"]["frames"][2]["blocks"].clone();
+    for f in c["records"][1]["trajectory"]["frames"].as_array_mut().unwrap() {
+        f["blocks"] = last.clone();
+    }
+    let path = scratch("restate");
+    write_json(&path, &c, WriterOptions::default()).unwrap();
+    let reader = Reader::open(&path).unwrap();
+    assert_eq!(update_blocks(&reader, 3), vec!["atoms"]);
+    assert_eq!(update_blocks(&reader, 4), Vec::<String>::new());
+}
+
+#[test]
+fn many_small_transactions_read_back_whole() {
+    let c = water_collection(50);
+    let path = scratch("batches");
+    write_json(&path, &c, WriterOptions { overwrite: false, batch_bytes: 1024 }).unwrap();
+    let back = Reader::open(&path).unwrap().read_collection().unwrap();
+    assert_eq!(back.records.len(), 50);
+    let once = collection_to_json(&back);
+    let path2 = scratch("batches-again");
+    write_collection(&path2, collection_from_json(&once).unwrap(), WriterOptions::default()).unwrap();
+    let twice = collection_to_json(&Reader::open(&path2).unwrap().read_collection().unwrap());
+    assert_eq!(once, twice);
+}
+
+#[test]
+fn a_writer_that_never_finishes_leaves_an_uncommitted_file() {
+    let path = scratch("uncommitted");
+    let c = collection_from_json(&water_collection(20)).unwrap();
+    let mut writer = Writer::create(&path, c.header.clone(), WriterOptions { overwrite: false, batch_bytes: 512 }).unwrap();
+    for r in c.records {
+        writer.append(r).unwrap();
+    }
+    drop(writer);
+    match Reader::open(&path) {
+        Err(e @ Error::Uncommitted) => assert_eq!(e.clause(), Some(Clause::MetaRequired)),
+        Err(e) => panic!("expected an uncommitted refusal, got {e}"),
+        Ok(_) => panic!("an uncommitted file was opened"),
+    }
+}
+
+#[test]
+fn a_second_writer_on_the_same_file_is_refused() {
+    let path = scratch("busy");
+    let c = collection_from_json(&water_collection(1)).unwrap();
+    let first = Writer::create(&path, c.header.clone(), WriterOptions::default()).unwrap();
+    match Writer::create(&path, c.header.clone(), WriterOptions { overwrite: true, ..WriterOptions::default() }) {
+        Err(e @ Error::Busy(_)) => assert_eq!(e.clause(), Some(Clause::WriterExclusive)),
+        Err(e) => panic!("expected busy, got {e}"),
+        Ok(_) => panic!("two writers on one file"),
+    }
+    drop(first);
+}
+
+#[test]
+fn an_existing_file_is_not_overwritten_by_default() {
+    let path = scratch("exists");
+    write_json(&path, &water_collection(1), WriterOptions::default()).unwrap();
+    assert!(matches!(write_json(&path, &water_collection(1), WriterOptions::default()), Err(Error::Io(_))));
+    write_json(&path, &water_collection(2), WriterOptions { overwrite: true, ..WriterOptions::default() }).unwrap();
+    assert_eq!(Reader::open(&path).unwrap().n_records(), 2);
+}
+
+/// Applies raw edits to a committed file through heed.
+fn edit(path: &Path, f: impl FnOnce(&heed::Env, Database<Bytes, Bytes>, &mut heed::RwTxn)) {
+    let mut options = EnvOpenOptions::new();
+    options.map_size(64 << 20);
+    // SAFETY: valid flags; the test holds the only handle on this file.
+    unsafe { options.flags(EnvFlags::NO_SUB_DIR) };
+    // SAFETY: no other Env of this path is open in the process now.
+    let env = unsafe { options.open(path) }.unwrap();
+    let mut txn = env.write_txn().unwrap();
+    let db: Database<Bytes, Bytes> = env.open_database(&txn, None).unwrap().unwrap();
+    f(&env, db, &mut txn);
+    txn.commit().unwrap();
+    env.prepare_for_closing().wait();
+}
+
+fn set_meta(path: &Path, change: impl FnOnce(&mut Value)) {
+    edit(path, |_, db, txn| {
+        let mut meta: Value = serde_json::from_slice(db.get(txn, b"meta").unwrap().unwrap()).unwrap();
+        change(&mut meta);
+        db.put(txn, b"meta", &serde_json::to_vec(&meta).unwrap()).unwrap();
+    });
+}
+
+fn open_clause(path: &Path) -> Clause {
+    match Reader::open(path).and_then(|r| r.read_collection()) {
+        Err(e) => e.clause().unwrap_or_else(|| panic!("refusal without clause: {e}")),
+        Ok(_) => panic!("a broken file was read"),
+    }
+}
+
+#[test]
+fn reader_refuses_bad_meta() {
+    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>, Clause)> = vec![
+        ("layout", Box::new(|m: &mut Value| m["layout"] = json!("mrec-zarr")), Clause::Layout),
+        ("lv-missing", Box::new(|m: &mut Value| { m.as_object_mut().unwrap().remove("layout_version"); }), Clause::LayoutVersion),
+        ("lv-null", Box::new(|m: &mut Value| m["layout_version"] = json!(null)), Clause::LayoutVersion),
+        ("lv-bool", Box::new(|m: &mut Value| m["layout_version"] = json!(true)), Clause::LayoutVersion),
+        ("lv-float", Box::new(|m: &mut Value| m["layout_version"] = json!(1.0)), Clause::LayoutVersion),
+        ("lv-string", Box::new(|m: &mut Value| m["layout_version"] = json!("1")), Clause::LayoutVersion),
+        ("lv-0", Box::new(|m: &mut Value| m["layout_version"] = json!(0)), Clause::LayoutVersion),
+        ("lv-2", Box::new(|m: &mut Value| m["layout_version"] = json!(2)), Clause::LayoutVersion),
+        ("mv-null", Box::new(|m: &mut Value| m["collection"]["molrec_version"] = json!(null)), Clause::MolrecVersion),
+        ("mv-2", Box::new(|m: &mut Value| m["collection"]["molrec_version"] = json!(2)), Clause::MolrecVersion),
+        ("mv-float", Box::new(|m: &mut Value| m["collection"]["molrec_version"] = json!(1.0)), Clause::MolrecVersion),
+        ("no-units", Box::new(|m: &mut Value| { m["collection"].as_object_mut().unwrap().remove("units"); }), Clause::UnitsRequired),
+        ("n-records", Box::new(|m: &mut Value| m["n_records"] = json!(3)), Clause::IndexCount),
+        ("n-frames", Box::new(|m: &mut Value| m["n_frames"] = json!(7)), Clause::IndexTotal),
+        ("n-frames-huge", Box::new(|m: &mut Value| m["n_frames"] = json!(u64::MAX)), Clause::IndexTotal),
+        ("n-records-huge", Box::new(|m: &mut Value| m["n_records"] = json!(u64::MAX)), Clause::IndexCount),
+        ("undeclared-meta", Box::new(|m: &mut Value| { m["sequence_schema"]["meta"].as_object_mut().unwrap().remove("pe"); }), Clause::FrameUndeclaredMeta),
+        ("undeclared-block", Box::new(|m: &mut Value| { m["sequence_schema"]["blocks"].as_object_mut().unwrap().remove("atoms"); }), Clause::FrameUndeclaredBlock),
+    ];
+    for (name, change, clause) in cases {
+        let path = scratch(&format!("meta-{name}"));
+        write_json(&path, &water_collection(2), WriterOptions::default()).unwrap();
+        set_meta(&path, change);
+        assert_eq!(open_clause(&path), clause, "case {name}");
+    }
+}
+
+#[test]
+fn reader_refuses_missing_meta_and_missing_frames() {
+    let path = scratch("no-meta");
+    write_json(&path, &water_collection(2), WriterOptions::default()).unwrap();
+    edit(&path, |_, db, txn| {
+        db.delete(txn, b"meta").unwrap();
+    });
+    assert_eq!(open_clause(&path), Clause::MetaRequired);
+
+    let path = scratch("missing-frame");
+    write_json(&path, &water_collection(2), WriterOptions::default()).unwrap();
+    edit(&path, |_, db, txn| {
+        db.delete(txn, &frame_key(4)).unwrap();
+    });
+    assert_eq!(open_clause(&path), Clause::FrameMissing);
+
+    let path = scratch("bad-magic");
+    write_json(&path, &water_collection(2), WriterOptions::default()).unwrap();
+    edit(&path, |_, db, txn| {
+        let mut v = db.get(txn, &frame_key(0)).unwrap().unwrap().to_vec();
+        v[..4].copy_from_slice(b"MRF2");
+        db.put(txn, &frame_key(0), &v).unwrap();
+    });
+    assert_eq!(open_clause(&path), Clause::FrameMagic);
+
+    let path = scratch("bad-record-meta");
+    write_json(&path, &water_collection(2), WriterOptions::default()).unwrap();
+    edit(&path, |_, db, txn| {
+        db.put(txn, &molrec::lmdb::record_key(1), b"[1, 2]").unwrap();
+    });
+    assert_eq!(open_clause(&path), Clause::RecordMetaValue);
+}
+
+#[test]
+fn an_aligned_offset_view_is_zero_copy_and_matches_the_owned_copy() {
+    let path = scratch("views");
+    write_json(&path, &water_collection(3), WriterOptions::default()).unwrap();
+    let reader = Reader::open(&path).unwrap();
+    let owned = reader.record(1).unwrap();
+    let txn = reader.txn().unwrap();
+    let mut k = 0;
+    txn.for_each_frame(1, |view| {
+        let col = &view.blocks["atoms"].columns["x"];
+        let copy = col.to_column()?;
+        if let Some(v) = col.f64_view() {
+            assert_eq!(molrec::model::ColumnData::F64(v.to_vec()), copy.data);
+        }
+        assert_eq!(owned.trajectory.as_ref().unwrap().frames[k].blocks["atoms"].columns["x"], copy);
+        k += 1;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(k, 3);
+}
