@@ -28,7 +28,12 @@ pub fn regenerate(layout: &Layout) -> Result<Vec<PathBuf>, String> {
             let _ = std::fs::remove_file(&path);
             match reference.write(&fixture, &path) {
                 Outcome::Done(()) => {}
-                other => return Err(format!("{}: the reference could not write it: {other:?}", case.id)),
+                other => {
+                    return Err(format!(
+                        "{}: the reference could not write it: {other:?}",
+                        case.id
+                    ))
+                }
             }
             let mut lock = path.clone().into_os_string();
             lock.push("-lock");
@@ -36,10 +41,16 @@ pub fn regenerate(layout: &Layout) -> Result<Vec<PathBuf>, String> {
                 Outcome::Done(json) => {
                     let dump = dir.join(format!("{}.dump.json", case.id));
                     let text = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
-                    std::fs::write(&dump, text + "\n").map_err(|e| format!("{}: {e}", dump.display()))?;
+                    std::fs::write(&dump, text + "\n")
+                        .map_err(|e| format!("{}: {e}", dump.display()))?;
                     written.push(dump);
                 }
-                other => return Err(format!("{}: the reference could not read it back: {other:?}", case.id)),
+                other => {
+                    return Err(format!(
+                        "{}: the reference could not read it back: {other:?}",
+                        case.id
+                    ))
+                }
             }
             let _ = std::fs::remove_file(PathBuf::from(lock));
             written.push(path);

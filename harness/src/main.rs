@@ -12,7 +12,11 @@ use std::time::Duration;
 
 /// Conformance harness for molrec collections and their LMDB binding.
 #[derive(Parser)]
-#[command(name = "harness", version, after_help = "Exit codes: 0 every result as expected; 1 an unexpected result; 2 usage or setup error.")]
+#[command(
+    name = "harness",
+    version,
+    after_help = "Exit codes: 0 every result as expected; 1 an unexpected result; 2 usage or setup error."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -56,14 +60,20 @@ enum Command {
 }
 
 fn layout(root: Option<PathBuf>) -> Layout {
-    root.map(|r| Layout::at(&r)).unwrap_or_else(Layout::repository)
+    root.map(|r| Layout::at(&r))
+        .unwrap_or_else(Layout::repository)
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Run { adapter, expectations, report, filter, timeout, root } => {
-            run(layout(root), adapter, expectations, report, filter, timeout)
-        }
+        Command::Run {
+            adapter,
+            expectations,
+            report,
+            filter,
+            timeout,
+            root,
+        } => run(layout(root), adapter, expectations, report, filter, timeout),
         Command::Lint { root } => {
             let problems = lint(&layout(root));
             for p in &problems {
@@ -126,17 +136,27 @@ fn run(
     let mut reference = Reference::new();
     let workdir = scratch_dir("run");
     let description = imp.describe().clone();
-    eprintln!("running the suites against {} {}", description.name, description.version);
-    let results = run_all(&layout, imp.as_mut(), &mut reference, &workdir, filter.as_deref(), |r| {
-        let mark = match r.verdict {
-            Verdict::Pass => "ok",
-            Verdict::PassUnnamed => "ok (unnamed refusal)",
-            Verdict::Fail => "FAIL",
-            Verdict::Error => "ERROR",
-            Verdict::Unsupported => "unsupported",
-        };
-        eprintln!("{:<70} {mark}", r.trial);
-    });
+    eprintln!(
+        "running the suites against {} {}",
+        description.name, description.version
+    );
+    let results = run_all(
+        &layout,
+        imp.as_mut(),
+        &mut reference,
+        &workdir,
+        filter.as_deref(),
+        |r| {
+            let mark = match r.verdict {
+                Verdict::Pass => "ok",
+                Verdict::PassUnnamed => "ok (unnamed refusal)",
+                Verdict::Fail => "FAIL",
+                Verdict::Error => "ERROR",
+                Verdict::Unsupported => "unsupported",
+            };
+            eprintln!("{:<70} {mark}", r.trial);
+        },
+    );
     let _ = std::fs::remove_dir_all(&workdir);
     let results = match results {
         Ok(r) => r,
@@ -151,7 +171,10 @@ fn run(
         .suites()
         .unwrap_or_default()
         .iter()
-        .map(|s| SuiteInfo { module: s.module.clone(), version: s.version })
+        .map(|s| SuiteInfo {
+            module: s.module.clone(),
+            version: s.version,
+        })
         .collect();
     let report = Report::new(description, suites, results, &expectations);
     let spec = layout.spec_map().unwrap_or_default();

@@ -81,7 +81,13 @@ pub struct Context<'a> {
 }
 
 /// Runs `case` in `direction` against `imp`.
-pub fn run_trial(suite: &Suite, case: &Case, direction: Direction, imp: &mut dyn Implementation, ctx: &mut Context<'_>) -> TrialResult {
+pub fn run_trial(
+    suite: &Suite,
+    case: &Case,
+    direction: Direction,
+    imp: &mut dyn Implementation,
+    ctx: &mut Context<'_>,
+) -> TrialResult {
     let mut result = TrialResult {
         trial: trial_name(&suite.module, &case.id, direction),
         module: suite.module.clone(),
@@ -99,7 +105,10 @@ pub fn run_trial(suite: &Suite, case: &Case, direction: Direction, imp: &mut dyn
         result.detail = format!("harness: cannot create {}: {e}", ctx.workdir.display());
         return result;
     }
-    let path = ctx.workdir.join(format!("{}-{}-{}.mrec.lmdb", suite.module, case.id, direction));
+    let path = ctx.workdir.join(format!(
+        "{}-{}-{}.mrec.lmdb",
+        suite.module, case.id, direction
+    ));
     remove_file_and_lock(&path);
     let (verdict, detail, named) = match (case.kind, direction) {
         (Kind::RoundTrip, Direction::Write) => round_trip_write(case, imp, ctx, &path),
@@ -107,7 +116,11 @@ pub fn run_trial(suite: &Suite, case: &Case, direction: Direction, imp: &mut dyn
         (Kind::RoundTrip, Direction::Golden) => round_trip_golden(case, imp, ctx, &path),
         (Kind::WriteRefusal, Direction::Write) => write_refusal(case, imp, ctx, &path),
         (Kind::ReadRefusal, Direction::Read) => read_refusal(case, imp, ctx, &path),
-        (kind, dir) => (Verdict::Error, format!("harness: a {kind:?} case has no {dir} direction"), None),
+        (kind, dir) => (
+            Verdict::Error,
+            format!("harness: a {kind:?} case has no {dir} direction"),
+            None,
+        ),
     };
     remove_file_and_lock(&path);
     result.verdict = verdict;
@@ -119,11 +132,21 @@ pub fn run_trial(suite: &Suite, case: &Case, direction: Direction, imp: &mut dyn
 type Decided = (Verdict, String, Option<String>);
 
 fn fixture(case: &Case, ctx: &Context<'_>) -> Result<Value, String> {
-    let name = case.fixture.as_deref().ok_or("harness: the case has no fixture")?;
-    ctx.layout.fixture(name).map_err(|e| format!("harness: {e}"))
+    let name = case
+        .fixture
+        .as_deref()
+        .ok_or("harness: the case has no fixture")?;
+    ctx.layout
+        .fixture(name)
+        .map_err(|e| format!("harness: {e}"))
 }
 
-fn round_trip_write(case: &Case, imp: &mut dyn Implementation, ctx: &mut Context<'_>, path: &Path) -> Decided {
+fn round_trip_write(
+    case: &Case,
+    imp: &mut dyn Implementation,
+    ctx: &mut Context<'_>,
+    path: &Path,
+) -> Decided {
     let fixture = match fixture(case, ctx) {
         Ok(f) => f,
         Err(e) => return (Verdict::Error, e, None),
@@ -131,7 +154,11 @@ fn round_trip_write(case: &Case, imp: &mut dyn Implementation, ctx: &mut Context
     match imp.write(&fixture, path) {
         Outcome::Done(()) => {}
         Outcome::Refused { message, clause } => {
-            return (Verdict::Fail, format!("refused a valid collection: {message}"), clause);
+            return (
+                Verdict::Fail,
+                format!("refused a valid collection: {message}"),
+                clause,
+            );
         }
         Outcome::Unsupported => return (Verdict::Unsupported, "does not write".into(), None),
         Outcome::Error(e) => return (Verdict::Error, e, None),
@@ -142,8 +169,15 @@ fn round_trip_write(case: &Case, imp: &mut dyn Implementation, ctx: &mut Context
     };
     let findings = inspect_file(path, Some(&first_frame_blocks(&expected)));
     if !findings.is_empty() {
-        let lines: Vec<String> = findings.iter().map(|f| format!("[{}] {}", f.clause, f.message)).collect();
-        return (Verdict::Fail, format!("file inspection:\n{}", lines.join("\n")), None);
+        let lines: Vec<String> = findings
+            .iter()
+            .map(|f| format!("[{}] {}", f.clause, f.message))
+            .collect();
+        return (
+            Verdict::Fail,
+            format!("file inspection:\n{}", lines.join("\n")),
+            None,
+        );
     }
     match ctx.reference.read(path) {
         Outcome::Done(actual) => judged(&fixture, &actual, "the reference read back"),
@@ -152,12 +186,25 @@ fn round_trip_write(case: &Case, imp: &mut dyn Implementation, ctx: &mut Context
             format!("the reference refused the written file: {message}"),
             clause,
         ),
-        Outcome::Unsupported => (Verdict::Error, "harness: the reference does not read".into(), None),
-        Outcome::Error(e) => (Verdict::Error, format!("harness: the reference failed: {e}"), None),
+        Outcome::Unsupported => (
+            Verdict::Error,
+            "harness: the reference does not read".into(),
+            None,
+        ),
+        Outcome::Error(e) => (
+            Verdict::Error,
+            format!("harness: the reference failed: {e}"),
+            None,
+        ),
     }
 }
 
-fn round_trip_read(case: &Case, imp: &mut dyn Implementation, ctx: &mut Context<'_>, path: &Path) -> Decided {
+fn round_trip_read(
+    case: &Case,
+    imp: &mut dyn Implementation,
+    ctx: &mut Context<'_>,
+    path: &Path,
+) -> Decided {
     if !imp.describe().capabilities.read {
         return (Verdict::Unsupported, "does not read".into(), None);
     }
@@ -167,12 +214,23 @@ fn round_trip_read(case: &Case, imp: &mut dyn Implementation, ctx: &mut Context<
     };
     match ctx.reference.write(&fixture, path) {
         Outcome::Done(()) => {}
-        other => return (Verdict::Error, format!("harness: the reference could not write the fixture: {other:?}"), None),
+        other => {
+            return (
+                Verdict::Error,
+                format!("harness: the reference could not write the fixture: {other:?}"),
+                None,
+            )
+        }
     }
     read_and_judge(&fixture, imp, path)
 }
 
-fn round_trip_golden(case: &Case, imp: &mut dyn Implementation, ctx: &mut Context<'_>, path: &Path) -> Decided {
+fn round_trip_golden(
+    case: &Case,
+    imp: &mut dyn Implementation,
+    ctx: &mut Context<'_>,
+    path: &Path,
+) -> Decided {
     if !imp.describe().capabilities.read {
         return (Verdict::Unsupported, "does not read".into(), None);
     }
@@ -182,7 +240,11 @@ fn round_trip_golden(case: &Case, imp: &mut dyn Implementation, ctx: &mut Contex
     };
     // Read a copy: opening may create a lock file beside the file.
     if let Err(e) = std::fs::copy(case.golden_path(&ctx.layout.fixtures), path) {
-        return (Verdict::Error, format!("harness: cannot copy the golden file: {e}"), None);
+        return (
+            Verdict::Error,
+            format!("harness: cannot copy the golden file: {e}"),
+            None,
+        );
     }
     read_and_judge(&fixture, imp, path)
 }
@@ -190,7 +252,11 @@ fn round_trip_golden(case: &Case, imp: &mut dyn Implementation, ctx: &mut Contex
 fn read_and_judge(fixture: &Value, imp: &mut dyn Implementation, path: &Path) -> Decided {
     match imp.read(path) {
         Outcome::Done(actual) => judged(fixture, &actual, "read back"),
-        Outcome::Refused { message, clause } => (Verdict::Fail, format!("refused a valid file: {message}"), clause),
+        Outcome::Refused { message, clause } => (
+            Verdict::Fail,
+            format!("refused a valid file: {message}"),
+            clause,
+        ),
         Outcome::Unsupported => (Verdict::Unsupported, "does not read".into(), None),
         Outcome::Error(e) => (Verdict::Error, e, None),
     }
@@ -200,38 +266,69 @@ fn judged(fixture: &Value, actual: &Value, what: &str) -> Decided {
     match judge::compare(fixture, actual) {
         Ok(diffs) if diffs.is_empty() => (Verdict::Pass, String::new(), None),
         Ok(diffs) => {
-            let mut detail = format!("{what} differs from the fixture in {} place(s):\n", diffs.len());
+            let mut detail = format!(
+                "{what} differs from the fixture in {} place(s):\n",
+                diffs.len()
+            );
             for d in diffs.iter().take(20) {
-                detail.push_str(&format!("  {}: expected {}, got {}\n", d.path, d.expected, d.actual));
+                detail.push_str(&format!(
+                    "  {}: expected {}, got {}\n",
+                    d.path, d.expected, d.actual
+                ));
             }
-            if let (Ok(e), Ok(a)) = (judge::expected_logical(fixture), judge::actual_logical(actual)) {
+            if let (Ok(e), Ok(a)) = (
+                judge::expected_logical(fixture),
+                judge::actual_logical(actual),
+            ) {
                 detail.push_str(&judge::short_diff(&e, &a, 40));
             }
             (Verdict::Fail, detail, None)
         }
-        Err(e) => (Verdict::Fail, format!("{what} is not canonical JSON: {e}"), None),
+        Err(e) => (
+            Verdict::Fail,
+            format!("{what} is not canonical JSON: {e}"),
+            None,
+        ),
     }
 }
 
-fn write_refusal(case: &Case, imp: &mut dyn Implementation, ctx: &mut Context<'_>, path: &Path) -> Decided {
+fn write_refusal(
+    case: &Case,
+    imp: &mut dyn Implementation,
+    ctx: &mut Context<'_>,
+    path: &Path,
+) -> Decided {
     let fixture = match fixture(case, ctx) {
         Ok(f) => f,
         Err(e) => return (Verdict::Error, e, None),
     };
     match imp.write(&fixture, path) {
-        Outcome::Done(()) => (Verdict::Fail, "wrote a collection it must refuse".into(), None),
+        Outcome::Done(()) => (
+            Verdict::Fail,
+            "wrote a collection it must refuse".into(),
+            None,
+        ),
         Outcome::Refused { message, clause } => refusal(case, message, clause),
         Outcome::Unsupported => (Verdict::Unsupported, "does not write".into(), None),
         Outcome::Error(e) => (Verdict::Error, e, None),
     }
 }
 
-fn read_refusal(case: &Case, imp: &mut dyn Implementation, ctx: &mut Context<'_>, path: &Path) -> Decided {
+fn read_refusal(
+    case: &Case,
+    imp: &mut dyn Implementation,
+    ctx: &mut Context<'_>,
+    path: &Path,
+) -> Decided {
     if !imp.describe().capabilities.read {
         return (Verdict::Unsupported, "does not read".into(), None);
     }
     let Some(recipe) = &case.recipe else {
-        return (Verdict::Error, "harness: a read refusal needs a recipe".into(), None);
+        return (
+            Verdict::Error,
+            "harness: a read refusal needs a recipe".into(),
+            None,
+        );
     };
     let reference = &mut *ctx.reference;
     let mut write_base = |json: &Value, out: &Path| -> Result<(), String> {
@@ -244,7 +341,11 @@ fn read_refusal(case: &Case, imp: &mut dyn Implementation, ctx: &mut Context<'_>
         return (Verdict::Error, format!("harness: recipe: {e}"), None);
     }
     match imp.read(path) {
-        Outcome::Done(_) => (Verdict::Fail, "read a malformed file without refusing it".into(), None),
+        Outcome::Done(_) => (
+            Verdict::Fail,
+            "read a malformed file without refusing it".into(),
+            None,
+        ),
         Outcome::Refused { message, clause } => refusal(case, message, clause),
         Outcome::Unsupported => (Verdict::Unsupported, "does not read".into(), None),
         Outcome::Error(e) => (Verdict::Error, e, None),
@@ -253,11 +354,18 @@ fn read_refusal(case: &Case, imp: &mut dyn Implementation, ctx: &mut Context<'_>
 
 fn refusal(case: &Case, message: String, clause: Option<String>) -> Decided {
     match (&clause, &case.expect) {
-        (None, _) => (Verdict::PassUnnamed, format!("refused without naming a clause: {message}"), None),
+        (None, _) => (
+            Verdict::PassUnnamed,
+            format!("refused without naming a clause: {message}"),
+            None,
+        ),
         (Some(named), Some(expected)) if named == expected => (Verdict::Pass, message, clause),
         (Some(named), expected) => (
             Verdict::Fail,
-            format!("refused naming `{named}`, expected `{}`: {message}", expected.as_deref().unwrap_or("?")),
+            format!(
+                "refused naming `{named}`, expected `{}`: {message}",
+                expected.as_deref().unwrap_or("?")
+            ),
             clause,
         ),
     }
@@ -266,7 +374,11 @@ fn refusal(case: &Case, message: String, clause: Option<String>) -> Decided {
 /// For each record of an expected logical collection, the blocks present at
 /// its first resolved frame (what that record's first frame must hold).
 fn first_frame_blocks(expected: &Value) -> Vec<Vec<String>> {
-    let records = expected.get("records").and_then(Value::as_array).cloned().unwrap_or_default();
+    let records = expected
+        .get("records")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     records
         .iter()
         .map(|r| {
@@ -307,7 +419,11 @@ pub fn run_all(
     filter: Option<&str>,
     mut progress: impl FnMut(&TrialResult),
 ) -> Result<Vec<TrialResult>, String> {
-    let mut ctx = Context { layout, workdir: workdir.to_path_buf(), reference };
+    let mut ctx = Context {
+        layout,
+        workdir: workdir.to_path_buf(),
+        reference,
+    };
     let mut results = Vec::new();
     for (suite, case, direction) in trials(layout)? {
         if filter.is_some_and(|f| !trial_name(&suite.module, &case.id, direction).contains(f)) {

@@ -94,7 +94,9 @@ impl Case {
 
     /// Where this case's golden file lives, when it has one.
     pub fn golden_path(&self, fixtures: &Path) -> PathBuf {
-        fixtures.join("golden").join(format!("{}.mrec.lmdb", self.id))
+        fixtures
+            .join("golden")
+            .join(format!("{}.mrec.lmdb", self.id))
     }
 }
 
@@ -155,13 +157,20 @@ pub struct Layout {
 impl Layout {
     /// The layout of the repository the harness crate sits in.
     pub fn repository() -> Layout {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap_or(Path::new(".")).to_path_buf();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .unwrap_or(Path::new("."))
+            .to_path_buf();
         Layout::at(&root)
     }
 
     /// The layout under `root`.
     pub fn at(root: &Path) -> Layout {
-        Layout { suites: root.join("suites"), fixtures: root.join("fixtures"), spec_map: root.join("spec-map.toml") }
+        Layout {
+            suites: root.join("suites"),
+            fixtures: root.join("fixtures"),
+            spec_map: root.join("spec-map.toml"),
+        }
     }
 
     /// Loads every suite file, sorted by module.
@@ -174,8 +183,10 @@ impl Layout {
             .collect();
         entries.sort();
         for path in entries {
-            let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-            let suite: Suite = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let suite: Suite =
+                toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
             suites.push(suite);
         }
         Ok(suites)
@@ -183,19 +194,22 @@ impl Layout {
 
     /// Loads `spec-map.toml`.
     pub fn spec_map(&self) -> Result<SpecMap, String> {
-        let text = std::fs::read_to_string(&self.spec_map).map_err(|e| format!("{}: {e}", self.spec_map.display()))?;
+        let text = std::fs::read_to_string(&self.spec_map)
+            .map_err(|e| format!("{}: {e}", self.spec_map.display()))?;
         #[derive(Deserialize)]
         struct File {
             clause: SpecMap,
         }
-        let file: File = toml::from_str(&text).map_err(|e| format!("{}: {e}", self.spec_map.display()))?;
+        let file: File =
+            toml::from_str(&text).map_err(|e| format!("{}: {e}", self.spec_map.display()))?;
         Ok(file.clause)
     }
 
     /// Reads a fixture.
     pub fn fixture(&self, name: &str) -> Result<serde_json::Value, String> {
         let path = self.fixtures.join(name);
-        let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 }
@@ -247,15 +261,25 @@ pub fn lint(layout: &Layout) -> Vec<String> {
             }
             if let Some(expect) = &case.expect {
                 if !case.clauses.contains(expect) {
-                    problems.push(format!("{name}: `expect` {expect} is not among its clauses"));
+                    problems.push(format!(
+                        "{name}: `expect` {expect} is not among its clauses"
+                    ));
                 }
             }
         }
     }
-    for entry in walkdir::WalkDir::new(&layout.fixtures).into_iter().filter_map(Result::ok) {
+    for entry in walkdir::WalkDir::new(&layout.fixtures)
+        .into_iter()
+        .filter_map(Result::ok)
+    {
         let path = entry.path();
-        if path.extension().is_some_and(|x| x == "json") && !path.starts_with(layout.fixtures.join("golden")) {
-            let rel = path.strip_prefix(&layout.fixtures).unwrap_or(path).to_path_buf();
+        if path.extension().is_some_and(|x| x == "json")
+            && !path.starts_with(layout.fixtures.join("golden"))
+        {
+            let rel = path
+                .strip_prefix(&layout.fixtures)
+                .unwrap_or(path)
+                .to_path_buf();
             if !used.contains(&rel) {
                 problems.push(format!("fixture `{}` is used by no case", rel.display()));
             }

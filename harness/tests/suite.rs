@@ -6,23 +6,21 @@
 //! the suite lint and the spec-map coverage rule.
 
 use harness::adapter::reference::Reference;
-use harness::runner::{run_trial, scratch_dir, trials, trial_name, Context, Verdict};
+use harness::runner::{run_trial, scratch_dir, trial_name, trials, Context, Verdict};
 use harness::suite::{lint, Layout};
 use libtest_mimic::{Arguments, Failed, Trial};
 
 fn main() {
     let args = Arguments::from_args();
     let layout = Layout::repository();
-    let mut tests = vec![
-        Trial::test("harness::lint", || {
-            let problems = lint(&Layout::repository());
-            if problems.is_empty() {
-                Ok(())
-            } else {
-                Err(problems.join("\n").into())
-            }
-        }),
-    ];
+    let mut tests = vec![Trial::test("harness::lint", || {
+        let problems = lint(&Layout::repository());
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("\n").into())
+        }
+    })];
     let all = match trials(&layout) {
         Ok(t) => t,
         Err(e) => panic!("cannot load the suites: {e}"),
@@ -34,7 +32,11 @@ fn main() {
             let mut imp = Reference::new();
             let mut reference = Reference::new();
             let workdir = scratch_dir(&case.id);
-            let mut ctx = Context { layout: &layout, workdir: workdir.clone(), reference: &mut reference };
+            let mut ctx = Context {
+                layout: &layout,
+                workdir: workdir.clone(),
+                reference: &mut reference,
+            };
             let result = run_trial(&suite, &case, direction, &mut imp, &mut ctx);
             let _ = std::fs::remove_dir_all(&workdir);
             match result.verdict {

@@ -90,7 +90,9 @@ impl DType {
     /// The dtype a canonical column key must have wherever it appears.
     pub fn canonical_for(column: &str) -> Option<DType> {
         Some(match column {
-            "x" | "y" | "z" | "vx" | "vy" | "vz" | "fx" | "fy" | "fz" | "charge" | "mass" => DType::F64,
+            "x" | "y" | "z" | "vx" | "vy" | "vz" | "fx" | "fy" | "fz" | "charge" | "mass" => {
+                DType::F64
+            }
             "id" | "atomic_number" | "type_id" | "mol_id" | "res_id" | "atom_map" | "atomi"
             | "atomj" | "atomk" | "atoml" | "bond_type" | "bond_number" => DType::U64,
             "formal_charge" => DType::I64,

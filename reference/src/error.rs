@@ -32,7 +32,11 @@ pub enum Error {
 impl Error {
     /// A refusal of `clause` at `at`.
     pub fn refused(clause: Clause, at: impl Into<String>, detail: impl Into<String>) -> Error {
-        Error::Refused { clause, at: at.into(), detail: detail.into() }
+        Error::Refused {
+            clause,
+            at: at.into(),
+            detail: detail.into(),
+        }
     }
 
     /// The clause this error enforces, if it is a refusal.

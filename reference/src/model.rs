@@ -54,6 +54,7 @@ macro_rules! with_vec {
         }
     };
 }
+#[allow(unused_imports)]
 pub(crate) use with_vec;
 
 impl ColumnData {
@@ -113,11 +114,15 @@ impl ColumnData {
             }
             (ColumnData::C64(a), ColumnData::C64(b)) => {
                 a.len() == b.len()
-                    && a.iter().zip(b).all(|(x, y)| x[0].to_bits() == y[0].to_bits() && x[1].to_bits() == y[1].to_bits())
+                    && a.iter().zip(b).all(|(x, y)| {
+                        x[0].to_bits() == y[0].to_bits() && x[1].to_bits() == y[1].to_bits()
+                    })
             }
             (ColumnData::C128(a), ColumnData::C128(b)) => {
                 a.len() == b.len()
-                    && a.iter().zip(b).all(|(x, y)| x[0].to_bits() == y[0].to_bits() && x[1].to_bits() == y[1].to_bits())
+                    && a.iter().zip(b).all(|(x, y)| {
+                        x[0].to_bits() == y[0].to_bits() && x[1].to_bits() == y[1].to_bits()
+                    })
             }
             (a, b) => a == b,
         }
@@ -149,7 +154,12 @@ pub struct Column {
 impl Column {
     /// A column without mask or precision.
     pub fn new(shape: Vec<u64>, data: ColumnData) -> Column {
-        Column { shape, data, validity: None, precision: None }
+        Column {
+            shape,
+            data,
+            validity: None,
+            precision: None,
+        }
     }
 
     /// The dtype.
@@ -202,7 +212,11 @@ impl Block {
             && self.targets == other.targets
             && self.attributes == other.attributes
             && self.columns.len() == other.columns.len()
-            && self.columns.iter().zip(&other.columns).all(|((ka, a), (kb, b))| ka == kb && a.same_bits(b))
+            && self
+                .columns
+                .iter()
+                .zip(&other.columns)
+                .all(|((ka, a), (kb, b))| ka == kb && a.same_bits(b))
     }
 }
 
@@ -224,12 +238,24 @@ impl Cell {
     pub const IDENTITY: [f64; 9] = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0];
 
     /// The undefined cell as stored and read back.
-    pub const UNDEFINED: Cell = Cell { vectors: Cell::IDENTITY, origin: [0.0; 3], boundary: [false; 3], defined: false };
+    pub const UNDEFINED: Cell = Cell {
+        vectors: Cell::IDENTITY,
+        origin: [0.0; 3],
+        boundary: [false; 3],
+        defined: false,
+    };
 
     /// Bit-for-bit equality.
     pub fn same_bits(&self, other: &Cell) -> bool {
-        self.vectors.iter().zip(&other.vectors).all(|(a, b)| a.to_bits() == b.to_bits())
-            && self.origin.iter().zip(&other.origin).all(|(a, b)| a.to_bits() == b.to_bits())
+        self.vectors
+            .iter()
+            .zip(&other.vectors)
+            .all(|(a, b)| a.to_bits() == b.to_bits())
+            && self
+                .origin
+                .iter()
+                .zip(&other.origin)
+                .all(|(a, b)| a.to_bits() == b.to_bits())
             && self.boundary == other.boundary
             && self.defined == other.defined
     }

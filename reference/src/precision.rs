@@ -71,7 +71,10 @@ mod tests {
         assert_eq!(round_to_quantum(f64::NEG_INFINITY, q), f64::NEG_INFINITY);
         // Just below the bound is rounded.
         let below = big - 0.3;
-        assert_eq!(round_to_quantum(below, q), (below / q).round_ties_even() * q);
+        assert_eq!(
+            round_to_quantum(below, q),
+            (below / q).round_ties_even() * q
+        );
     }
 
     #[test]

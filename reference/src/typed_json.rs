@@ -154,9 +154,16 @@ pub fn normalize(tag: MetaTag, value: &Value) -> Result<Value, String> {
         None => normalize_scalar(scalar, value),
         Some(n) => match value {
             Value::Array(items) if items.len() == n => Ok(Value::Array(
-                items.iter().map(|v| normalize_scalar(scalar, v)).collect::<Result<_, _>>()?,
+                items
+                    .iter()
+                    .map(|v| normalize_scalar(scalar, v))
+                    .collect::<Result<_, _>>()?,
             )),
-            other => Err(format!("expected an array of {n} for tag {}, got {}", tag.name(), brief(other))),
+            other => Err(format!(
+                "expected an array of {n} for tag {}, got {}",
+                tag.name(),
+                brief(other)
+            )),
         },
     }
 }
@@ -186,7 +193,9 @@ fn normalize_scalar(scalar: Scalar, value: &Value) -> Result<Value, String> {
 /// Reads a typed f64: a JSON number or `"NaN"`, `"Infinity"`, `"-Infinity"`.
 pub fn f64_from_json(value: &Value) -> Result<f64, String> {
     match value {
-        Value::Number(n) => n.as_f64().ok_or_else(|| format!("number {n} is not an f64")),
+        Value::Number(n) => n
+            .as_f64()
+            .ok_or_else(|| format!("number {n} is not an f64")),
         Value::String(s) => match s.as_str() {
             "NaN" => Ok(f64::NAN),
             "Infinity" => Ok(f64::INFINITY),
@@ -204,7 +213,9 @@ pub fn f64_to_json(v: f64) -> Value {
     } else if v.is_infinite() {
         Value::String(if v > 0.0 { "Infinity" } else { "-Infinity" }.into())
     } else {
-        Number::from_f64(v).map(Value::Number).unwrap_or(Value::Null)
+        Number::from_f64(v)
+            .map(Value::Number)
+            .unwrap_or(Value::Null)
     }
 }
 
@@ -222,10 +233,12 @@ pub fn int_from_json(value: &Value) -> Result<i128, String> {
         }
         Value::String(s) => {
             let digits = s.strip_prefix('-').unwrap_or(s);
-            if digits.is_empty() || digits.len() > 30 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            if digits.is_empty() || digits.len() > 30 || !digits.bytes().all(|b| b.is_ascii_digit())
+            {
                 return Err(format!("expected an integer, got string {s:?}"));
             }
-            s.parse::<i128>().map_err(|_| format!("expected an integer, got string {s:?}"))
+            s.parse::<i128>()
+                .map_err(|_| format!("expected an integer, got string {s:?}"))
         }
         other => Err(format!("expected an integer, got {}", brief(other))),
     }
@@ -246,7 +259,9 @@ pub fn brief(value: &Value) -> String {
         Value::Null => "null".into(),
         Value::Bool(b) => b.to_string(),
         Value::Number(n) => format!("the number {n}"),
-        Value::String(s) if s.len() > 40 => format!("a string {:?}...", &s[..s.floor_char_boundary(40)]),
+        Value::String(s) if s.len() > 40 => {
+            format!("a string {:?}...", &s[..s.floor_char_boundary(40)])
+        }
         Value::String(s) => format!("the string {s:?}"),
         Value::Array(a) => format!("an array of {}", a.len()),
         Value::Object(_) => "an object".into(),
@@ -260,9 +275,23 @@ mod tests {
 
     #[test]
     fn special_floats_round_trip() {
-        for v in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 1e-300, f64::MAX] {
+        for v in [
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            -0.0,
+            1e-300,
+            f64::MAX,
+        ] {
             let back = f64_from_json(&f64_to_json(v)).unwrap();
-            assert_eq!(back.to_bits(), if v.is_nan() { back.to_bits() } else { v.to_bits() });
+            assert_eq!(
+                back.to_bits(),
+                if v.is_nan() {
+                    back.to_bits()
+                } else {
+                    v.to_bits()
+                }
+            );
             assert_eq!(back.is_nan(), v.is_nan());
         }
         assert_eq!(f64_to_json(-0.0).to_string(), "-0.0");
@@ -277,8 +306,14 @@ mod tests {
         assert_eq!(int_to_json((1 << 53) + 1), json!("9007199254740993"));
         assert_eq!(int_to_json(u64::MAX as i128), json!("18446744073709551615"));
         assert_eq!(int_to_json(i64::MIN as i128), json!("-9223372036854775808"));
-        assert_eq!(normalize(MetaTag::U64, &json!(18446744073709551615u64)).unwrap(), json!("18446744073709551615"));
-        assert_eq!(normalize(MetaTag::I64, &json!("-9223372036854775808")).unwrap(), json!("-9223372036854775808"));
+        assert_eq!(
+            normalize(MetaTag::U64, &json!(18446744073709551615u64)).unwrap(),
+            json!("18446744073709551615")
+        );
+        assert_eq!(
+            normalize(MetaTag::I64, &json!("-9223372036854775808")).unwrap(),
+            json!("-9223372036854775808")
+        );
     }
 
     #[test]
@@ -310,6 +345,9 @@ mod tests {
 
     #[test]
     fn complex_and_vectors_normalize() {
-        assert_eq!(normalize(MetaTag::F64x3, &json!([1, "NaN", 2.5])).unwrap(), json!([1.0, "NaN", 2.5]));
+        assert_eq!(
+            normalize(MetaTag::F64x3, &json!([1, "NaN", 2.5])).unwrap(),
+            json!([1.0, "NaN", 2.5])
+        );
     }
 }

@@ -19,7 +19,8 @@ pub const RESERVED_BLOCK_NAMES: [&str; 4] = ["step", "time", "meta", "box"];
 /// Column names a trajectory declaration may not use.
 pub const RESERVED_TRAJECTORY_COLUMNS: [&str; 2] = ["offset", "step_index"];
 /// The binding's own index columns.
-pub const RESERVED_INDEX_COLUMNS: [&str; 4] = ["first_frame", "n_frames", "n_atoms", "has_trajectory"];
+pub const RESERVED_INDEX_COLUMNS: [&str; 4] =
+    ["first_frame", "n_frames", "n_atoms", "has_trajectory"];
 /// Per-step keys that must be declared f64.
 pub const CANONICAL_F64_STEP_KEYS: [&str; 6] = ["pe", "ke", "etotal", "temp", "press", "volume"];
 /// Row-reference columns that point at `atoms` of the same frame by convention.
@@ -36,15 +37,28 @@ pub fn prepare_collection_meta(meta: &mut Document) -> Result<()> {
         Some(v) => check_version(v, "meta.molrec_version", Clause::MolrecVersion)?,
     }
     let Some(units) = meta.get("units") else {
-        refuse!(UnitsRequired, "meta", "the collection document has no `units`");
+        refuse!(
+            UnitsRequired,
+            "meta",
+            "the collection document has no `units`"
+        );
     };
     let Some(units) = units.as_object() else {
-        refuse!(UnitsRequired, "meta.units", "`units` must be an object of quantity -> unit string");
+        refuse!(
+            UnitsRequired,
+            "meta.units",
+            "`units` must be an object of quantity -> unit string"
+        );
     };
     for (quantity, unit) in units {
         let at = format!("meta.units.{quantity}");
         let Some(text) = unit.as_str() else {
-            refuse!(UnitParseable, at, "a unit must be a string, got {}", typed_json::brief(unit));
+            refuse!(
+                UnitParseable,
+                at,
+                "a unit must be a string, got {}",
+                typed_json::brief(unit)
+            );
         };
         check_unit(text).map_err(|e| Error::refused(Clause::UnitParseable, &at, e.to_string()))?;
     }
@@ -55,7 +69,11 @@ pub fn prepare_collection_meta(meta: &mut Document) -> Result<()> {
 pub fn check_version(v: &Value, at: &str, clause: Clause) -> Result<()> {
     match v.as_i64() {
         Some(n) if v.is_i64() && (1..=MOLREC_VERSION).contains(&n) => Ok(()),
-        _ => Err(Error::refused(clause, at, format!("must be an integer in 1..=1, got {}", json_text(v)))),
+        _ => Err(Error::refused(
+            clause,
+            at,
+            format!("must be an integer in 1..=1, got {}", json_text(v)),
+        )),
     }
 }
 
@@ -85,41 +103,78 @@ pub fn check_schema(schema: &SequenceSchema, at: &str) -> Result<()> {
         }
         if let Some(target) = &decl.aligned_with {
             if decl.structural_shape.is_some() {
-                refuse!(AlignedNoStructuralShape, at, "an aligned block has no structural_shape");
+                refuse!(
+                    AlignedNoStructuralShape,
+                    at,
+                    "an aligned block has no structural_shape"
+                );
             }
             match schema.blocks.get(target) {
-                None => refuse!(AlignedTarget, at, "aligned_with `{target}`, which is not a declared block"),
-                Some(_) if target == name => refuse!(AlignedTarget, at, "a block cannot be aligned with itself"),
+                None => refuse!(
+                    AlignedTarget,
+                    at,
+                    "aligned_with `{target}`, which is not a declared block"
+                ),
+                Some(_) if target == name => {
+                    refuse!(AlignedTarget, at, "a block cannot be aligned with itself")
+                }
                 Some(t) if t.aligned_with.is_some() => {
-                    refuse!(AlignedTarget, at, "aligned_with `{target}`, which is itself aligned")
+                    refuse!(
+                        AlignedTarget,
+                        at,
+                        "aligned_with `{target}`, which is itself aligned"
+                    )
                 }
                 Some(t) => {
                     if let Some(shared) = decl.columns.keys().find(|c| t.columns.contains_key(*c)) {
-                        refuse!(AlignedNoSharedColumn, at, "shares column `{shared}` with its target `{target}`");
+                        refuse!(
+                            AlignedNoSharedColumn,
+                            at,
+                            "shares column `{shared}` with its target `{target}`"
+                        );
                     }
                 }
             }
         }
         if let Some(shape) = &decl.structural_shape {
-            if shape.iter().try_fold(1u64, |a, &b| a.checked_mul(b)).is_none() {
-                refuse!(StructuralShapeProduct, at, "structural_shape product overflows");
+            if shape
+                .iter()
+                .try_fold(1u64, |a, &b| a.checked_mul(b))
+                .is_none()
+            {
+                refuse!(
+                    StructuralShapeProduct,
+                    at,
+                    "structural_shape product overflows"
+                );
             }
         }
     }
     for (key, md) in &schema.meta {
         let at = format!("{at}.meta.{key}");
         if CANONICAL_F64_STEP_KEYS.contains(&key.as_str()) && md.tag != MetaTag::F64 {
-            refuse!(StepMetaCanonicalF64, at, "per-step key `{key}` must be declared f64, not {}", md.tag.name());
+            refuse!(
+                StepMetaCanonicalF64,
+                at,
+                "per-step key `{key}` must be declared f64, not {}",
+                md.tag.name()
+            );
         }
         if key == "_meta_types" {
             refuse!(MetaReservedKey, at, "meta key `_meta_types` is reserved");
         }
         match &md.fill {
             Some(Value::Null) if md.tag != MetaTag::Json => {
-                refuse!(FillNullJsonOnly, at, "`fill: null` is only valid for a json key, not {}", md.tag.name())
+                refuse!(
+                    FillNullJsonOnly,
+                    at,
+                    "`fill: null` is only valid for a json key, not {}",
+                    md.tag.name()
+                )
             }
             Some(fill) => {
-                typed_json::normalize(md.tag, fill).map_err(|e| Error::refused(Clause::TypedValue, &at, format!("fill: {e}")))?;
+                typed_json::normalize(md.tag, fill)
+                    .map_err(|e| Error::refused(Clause::TypedValue, &at, format!("fill: {e}")))?;
             }
             None => {}
         }
@@ -141,31 +196,65 @@ fn check_canonical_dtype(col: &str, dtype: DType, at: &str) -> Result<()> {
 fn check_precision(precision: Option<f64>, dtype: DType, at: &str) -> Result<()> {
     let Some(p) = precision else { return Ok(()) };
     if dtype != DType::F64 {
-        refuse!(PrecisionF64Only, at, "precision on a {dtype} column; only f64 columns take one");
+        refuse!(
+            PrecisionF64Only,
+            at,
+            "precision on a {dtype} column; only f64 columns take one"
+        );
     }
     if !precision_in_range(p) {
-        refuse!(PrecisionRange, at, "precision {p} outside 2^-1000 ..= 2^1000");
+        refuse!(
+            PrecisionRange,
+            at,
+            "precision {p} outside 2^-1000 ..= 2^1000"
+        );
     }
     Ok(())
 }
 
 /// Checks one column against its block's row count, and rounds it to its
 /// declared precision (`precision` overrides the column's own when given).
-pub fn prepare_column(col: &mut Column, name: &str, count: u64, precision: Option<f64>, at: &str) -> Result<()> {
+pub fn prepare_column(
+    col: &mut Column,
+    name: &str,
+    count: u64,
+    precision: Option<f64>,
+    at: &str,
+) -> Result<()> {
     if name == "_validity" {
-        refuse!(ColumnReservedName, at, "column name `_validity` is reserved");
+        refuse!(
+            ColumnReservedName,
+            at,
+            "column name `_validity` is reserved"
+        );
     }
     check_canonical_dtype(name, col.dtype(), at)?;
     if col.shape.first() != Some(&count) {
-        refuse!(ColumnShape, at, "shape {:?} does not lead with the block's count {count}", col.shape);
+        refuse!(
+            ColumnShape,
+            at,
+            "shape {:?} does not lead with the block's count {count}",
+            col.shape
+        );
     }
     let product = col.shape.iter().try_fold(1u64, |a, &b| a.checked_mul(b));
     if product != Some(col.data.len() as u64) {
-        refuse!(ColumnValues, at, "{} values for shape {:?}", col.data.len(), col.shape);
+        refuse!(
+            ColumnValues,
+            at,
+            "{} values for shape {:?}",
+            col.data.len(),
+            col.shape
+        );
     }
     if let Some(mask) = &col.validity {
         if mask.len() as u64 != count {
-            refuse!(ValidityLength, at, "mask of {} for {count} rows", mask.len());
+            refuse!(
+                ValidityLength,
+                at,
+                "mask of {} for {count} rows",
+                mask.len()
+            );
         }
     }
     col.normalize_mask();
@@ -193,7 +282,12 @@ fn check_structural_shape(block: &Block, at: &str) -> Result<()> {
     if let Some(shape) = &block.structural_shape {
         let product = shape.iter().try_fold(1u64, |a, &b| a.checked_mul(b));
         if product != Some(block.count) {
-            refuse!(StructuralShapeProduct, at, "structural_shape {shape:?} does not multiply to count {}", block.count);
+            refuse!(
+                StructuralShapeProduct,
+                at,
+                "structural_shape {shape:?} does not multiply to count {}",
+                block.count
+            );
         }
     }
     Ok(())
@@ -201,11 +295,19 @@ fn check_structural_shape(block: &Block, at: &str) -> Result<()> {
 
 /// Checks a system frame: typed meta, reserved names, blocks, row references, cell.
 pub fn prepare_system(frame: &mut Frame, at: &str) -> Result<()> {
-    prepare_typed_meta(&mut frame.meta, &mut frame.meta_types, &format!("{at}.meta"))?;
+    prepare_typed_meta(
+        &mut frame.meta,
+        &mut frame.meta_types,
+        &format!("{at}.meta"),
+    )?;
     for (name, block) in &mut frame.blocks {
         let bat = format!("{at}.blocks.{name}");
         if name == "box" {
-            refuse!(FrameReservedBlockName, bat, "block name `box` is reserved in a frame");
+            refuse!(
+                FrameReservedBlockName,
+                bat,
+                "block name `box` is reserved in a frame"
+            );
         }
         prepare_block(block, &bat)?;
     }
@@ -214,17 +316,28 @@ pub fn prepare_system(frame: &mut Frame, at: &str) -> Result<()> {
 }
 
 /// Tags every meta key (inferring missing tags) and normalizes each value.
-pub fn prepare_typed_meta(meta: &mut Document, types: &mut BTreeMap<String, MetaTag>, at: &str) -> Result<()> {
+pub fn prepare_typed_meta(
+    meta: &mut Document,
+    types: &mut BTreeMap<String, MetaTag>,
+    at: &str,
+) -> Result<()> {
     if let Some(extra) = types.keys().find(|k| !meta.contains_key(*k)) {
-        refuse!(TypedValue, format!("{at}.{extra}"), "a tag for a key the meta does not have");
+        refuse!(
+            TypedValue,
+            format!("{at}.{extra}"),
+            "a tag for a key the meta does not have"
+        );
     }
     for (key, value) in meta.iter_mut() {
         let kat = format!("{at}.{key}");
         if key == "_meta_types" {
             refuse!(MetaReservedKey, kat, "meta key `_meta_types` is reserved");
         }
-        let tag = *types.entry(key.clone()).or_insert_with(|| MetaTag::infer(value));
-        *value = typed_json::normalize(tag, value).map_err(|e| Error::refused(Clause::TypedValue, &kat, e))?;
+        let tag = *types
+            .entry(key.clone())
+            .or_insert_with(|| MetaTag::infer(value));
+        *value = typed_json::normalize(tag, value)
+            .map_err(|e| Error::refused(Clause::TypedValue, &kat, e))?;
     }
     Ok(())
 }
@@ -233,7 +346,11 @@ fn check_cell(cell: Option<&mut Cell>, at: &str) -> Result<()> {
     if let Some(cell) = cell {
         if !cell.defined {
             if cell.boundary.iter().any(|&b| b) {
-                refuse!(BoxUndefinedBoundary, at, "an undefined cell has a periodic boundary flag");
+                refuse!(
+                    BoxUndefinedBoundary,
+                    at,
+                    "an undefined cell has a periodic boundary flag"
+                );
             }
             *cell = Cell::UNDEFINED;
         }
@@ -262,24 +379,47 @@ fn check_row_references(
             }
             let rows = if let Some(abs) = target.strip_prefix('/') {
                 let Some(("system", tb)) = abs.split_once('/') else {
-                    refuse!(RowReferenceTarget, cat, "absolute target `{target}` is not a system block");
+                    refuse!(
+                        RowReferenceTarget,
+                        cat,
+                        "absolute target `{target}` is not a system block"
+                    );
                 };
                 fallback.unwrap_or(blocks).get(tb).map(|b| b.count)
             } else {
-                blocks.get(target).or_else(|| fallback.and_then(|f| f.get(target))).map(|b| b.count)
+                blocks
+                    .get(target)
+                    .or_else(|| fallback.and_then(|f| f.get(target)))
+                    .map(|b| b.count)
             };
             let Some(rows) = rows else {
-                refuse!(RowReferenceTarget, cat, "references block `{target}`, which is not in the frame");
+                refuse!(
+                    RowReferenceTarget,
+                    cat,
+                    "references block `{target}`, which is not in the frame"
+                );
             };
             let Some(values) = column.data.as_u64() else {
-                refuse!(RowReferenceRange, cat, "a row reference must be u64, not {}", column.dtype());
+                refuse!(
+                    RowReferenceRange,
+                    cat,
+                    "a row reference must be u64, not {}",
+                    column.dtype()
+                );
             };
             let width = values.len() / block.count.max(1) as usize;
             for (i, v) in values.iter().enumerate() {
-                let row = if width == 0 { 0 } else { i / width };
-                let valid = column.validity.as_ref().is_none_or(|m| m.get(row).copied().unwrap_or(true));
+                let row = i.checked_div(width).unwrap_or(0);
+                let valid = column
+                    .validity
+                    .as_ref()
+                    .is_none_or(|m| m.get(row).copied().unwrap_or(true));
                 if valid && *v >= rows {
-                    refuse!(RowReferenceRange, format!("{cat}.values[{i}]"), "row {v} out of range: `{target}` has {rows} rows");
+                    refuse!(
+                        RowReferenceRange,
+                        format!("{cat}.values[{i}]"),
+                        "row {v} out of range: `{target}` has {rows} rows"
+                    );
                 }
             }
         }
@@ -292,10 +432,19 @@ pub fn prepare_index(index: &mut BTreeMap<String, Column>, n_records: u64) -> Re
     for (name, col) in index.iter_mut() {
         let at = format!("index.{name}");
         if RESERVED_INDEX_COLUMNS.contains(&name.as_str()) {
-            refuse!(IndexReservedName, at, "`{name}` is one of the binding's own index columns");
+            refuse!(
+                IndexReservedName,
+                at,
+                "`{name}` is one of the binding's own index columns"
+            );
         }
         if col.rows() != n_records {
-            refuse!(IndexRowCount, at, "{} rows for {n_records} records", col.rows());
+            refuse!(
+                IndexRowCount,
+                at,
+                "{} rows for {n_records} records",
+                col.rows()
+            );
         }
         prepare_column(col, name, n_records, None, &at)?;
     }
@@ -306,13 +455,25 @@ pub fn prepare_index(index: &mut BTreeMap<String, Column>, n_records: u64) -> Re
 pub fn prepare_forcefield(ff: &mut ForceField) -> Result<()> {
     let doc = &ff.document;
     if !doc.get("name").is_some_and(Value::is_string) {
-        refuse!(ForceFieldDocument, "forcefield.meta.name", "a force field needs a string `name`");
+        refuse!(
+            ForceFieldDocument,
+            "forcefield.meta.name",
+            "a force field needs a string `name`"
+        );
     }
     if !doc.get("units").is_some_and(Value::is_object) {
-        refuse!(ForceFieldDocument, "forcefield.meta.units", "a force field needs a `units` object");
+        refuse!(
+            ForceFieldDocument,
+            "forcefield.meta.units",
+            "a force field needs a `units` object"
+        );
     }
     if !doc.get("styles").is_some_and(Value::is_array) {
-        refuse!(ForceFieldDocument, "forcefield.meta.styles", "a force field needs a `styles` list");
+        refuse!(
+            ForceFieldDocument,
+            "forcefield.meta.styles",
+            "a force field needs a `styles` list"
+        );
     }
     for (name, table) in &mut ff.tables {
         let at = format!("forcefield.blocks.{name}");
@@ -320,23 +481,35 @@ pub fn prepare_forcefield(ff: &mut ForceField) -> Result<()> {
             !cat.is_empty() && !style.is_empty() && is_encoded_style(style)
         });
         if !encoded_ok {
-            refuse!(ForceFieldTable, at, "a style table is named `<category>.<encoded style>`");
+            refuse!(
+                ForceFieldTable,
+                at,
+                "a style table is named `<category>.<encoded style>`"
+            );
         }
         for (col, column) in &table.columns {
             let cat = format!("{at}.columns.{col}");
             if column.precision.is_some() {
-                refuse!(PrecisionPlacement, cat, "force-field tables declare no precision");
+                refuse!(
+                    PrecisionPlacement,
+                    cat,
+                    "force-field tables declare no precision"
+                );
             }
             let is_string = column.dtype() == DType::String;
             let endpoint = ["name", "itom", "jtom", "ktom", "ltom", "mtom"].contains(&col.as_str());
-            if endpoint && !is_string || !endpoint && !is_string && column.dtype() != DType::F64 {
+            if !(is_string || !endpoint && column.dtype() == DType::F64) {
                 refuse!(ForceFieldTable, cat, "a table column is a string (name, endpoints) or an f64/string parameter, not {}", column.dtype());
             }
         }
         if let Some(ColumnData::String(names)) = table.columns.get("name").map(|c| &c.data) {
             let mut seen = BTreeSet::new();
             if let Some(dup) = names.iter().find(|n| !seen.insert(n.as_str())) {
-                refuse!(ForceFieldTable, format!("{at}.columns.name"), "duplicate name `{dup}`");
+                refuse!(
+                    ForceFieldTable,
+                    format!("{at}.columns.name"),
+                    "duplicate name `{dup}`"
+                );
             }
         }
         prepare_block(table, &at)?;
@@ -350,7 +523,11 @@ fn is_encoded_style(style: &str) -> bool {
     while i < b.len() {
         match b[i] {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' => i += 1,
-            b'%' if i + 2 < b.len() + 0 && b[i + 1].is_ascii_hexdigit() && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit) => i += 3,
+            b'%' if b.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+                && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit) =>
+            {
+                i += 3
+            }
             _ => return false,
         }
     }
@@ -386,25 +563,40 @@ pub struct RecordDeclaration {
 pub fn record_declaration(traj: &Trajectory, at: &str) -> Result<RecordDeclaration> {
     if let Some(schema) = &traj.schema {
         check_schema(schema, &format!("{at}.schema"))?;
-        return Ok(RecordDeclaration { schema: schema.clone(), states_meta: true });
+        return Ok(RecordDeclaration {
+            schema: schema.clone(),
+            states_meta: true,
+        });
     }
     let mut decl = SequenceSchema::default();
     for (i, step) in traj.frames.iter().enumerate() {
         let fat = format!("{at}.frames[{i}]");
         for (name, block) in &step.blocks {
-            let entry = decl.blocks.entry(name.clone()).or_insert_with(|| BlockDecl {
-                structural_shape: block.structural_shape.clone(),
-                targets: block.targets.clone(),
-                ..BlockDecl::default()
-            });
+            let entry = decl
+                .blocks
+                .entry(name.clone())
+                .or_insert_with(|| BlockDecl {
+                    structural_shape: block.structural_shape.clone(),
+                    targets: block.targets.clone(),
+                    ..BlockDecl::default()
+                });
             for (col, column) in &block.columns {
                 let cd = ColumnDecl {
                     dtype: column.dtype(),
                     trailing: column.shape.get(1..).unwrap_or_default().to_vec(),
-                    nullable: column.validity.as_ref().is_some_and(|m| m.iter().any(|v| !v)),
+                    nullable: column
+                        .validity
+                        .as_ref()
+                        .is_some_and(|m| m.iter().any(|v| !v)),
                     precision: None,
                 };
-                merge_column_decl(entry, col, cd, &format!("{fat}.blocks.{name}.columns.{col}"), Clause::BlockColumnSetStable)?;
+                merge_column_decl(
+                    entry,
+                    col,
+                    cd,
+                    &format!("{fat}.blocks.{name}.columns.{col}"),
+                    Clause::BlockColumnSetStable,
+                )?;
             }
         }
         for (key, value) in &step.meta {
@@ -413,11 +605,16 @@ pub fn record_declaration(traj: &Trajectory, at: &str) -> Result<RecordDeclarati
             } else {
                 MetaTag::infer(value)
             };
-            decl.meta.entry(key.clone()).or_insert(MetaDecl { tag, fill: None });
+            decl.meta
+                .entry(key.clone())
+                .or_insert(MetaDecl { tag, fill: None });
         }
     }
     check_schema(&decl, at)?;
-    Ok(RecordDeclaration { schema: decl, states_meta: !traj.frames.is_empty() })
+    Ok(RecordDeclaration {
+        schema: decl,
+        states_meta: !traj.frames.is_empty(),
+    })
 }
 
 /// A collection declaration derived from its records: the union of their
@@ -441,31 +638,65 @@ impl DerivedSchema {
                 self.schema.meta = record.schema.meta.clone();
                 self.meta_fixed = true;
             } else if self.schema.meta != record.schema.meta {
-                refuse!(RecordMetaDeclaration, at, "per-step meta declaration {} differs from the other records' {}", meta_decl_text(&record.schema), meta_decl_text(&self.schema));
+                refuse!(
+                    RecordMetaDeclaration,
+                    at,
+                    "per-step meta declaration {} differs from the other records' {}",
+                    meta_decl_text(&record.schema),
+                    meta_decl_text(&self.schema)
+                );
             }
         }
         let schema = &mut self.schema;
         for (name, rb) in &record.schema.blocks {
             let bat = format!("{at}.blocks.{name}");
-            let entry = schema.blocks.entry(name.clone()).or_insert_with(|| BlockDecl { columns: BTreeMap::new(), ..rb.clone() });
-            if entry.structural_shape != rb.structural_shape || entry.targets != rb.targets || entry.aligned_with != rb.aligned_with {
-                refuse!(DerivedColumnsAgree, bat, "records disagree on this block's structure");
+            let entry = schema
+                .blocks
+                .entry(name.clone())
+                .or_insert_with(|| BlockDecl {
+                    columns: BTreeMap::new(),
+                    ..rb.clone()
+                });
+            if entry.structural_shape != rb.structural_shape
+                || entry.targets != rb.targets
+                || entry.aligned_with != rb.aligned_with
+            {
+                refuse!(
+                    DerivedColumnsAgree,
+                    bat,
+                    "records disagree on this block's structure"
+                );
             }
             for (col, cd) in &rb.columns {
-                merge_column_decl(entry, col, cd.clone(), &format!("{bat}.columns.{col}"), Clause::DerivedColumnsAgree)?;
+                merge_column_decl(
+                    entry,
+                    col,
+                    cd.clone(),
+                    &format!("{bat}.columns.{col}"),
+                    Clause::DerivedColumnsAgree,
+                )?;
             }
         }
         check_schema(schema, "sequence_schema")
     }
 }
 
-fn merge_column_decl(block: &mut BlockDecl, col: &str, cd: ColumnDecl, at: &str, clause: Clause) -> Result<()> {
+fn merge_column_decl(
+    block: &mut BlockDecl,
+    col: &str,
+    cd: ColumnDecl,
+    at: &str,
+    clause: Clause,
+) -> Result<()> {
     match block.columns.get_mut(col) {
         None => {
             block.columns.insert(col.to_string(), cd);
         }
         Some(have) => {
-            if have.dtype != cd.dtype || have.trailing != cd.trailing || have.precision.map(f64::to_bits) != cd.precision.map(f64::to_bits) {
+            if have.dtype != cd.dtype
+                || have.trailing != cd.trailing
+                || have.precision.map(f64::to_bits) != cd.precision.map(f64::to_bits)
+            {
                 return Err(Error::refused(
                     clause,
                     at,
@@ -485,7 +716,11 @@ fn merge_column_decl(block: &mut BlockDecl, col: &str, cd: ColumnDecl, at: &str,
 /// encoding. `schema` is the collection's (given, or derived over all records).
 pub fn prepare_record(record: &mut Record, schema: &SequenceSchema, at: &str) -> Result<()> {
     if record.system.is_none() && record.trajectory.is_none() {
-        refuse!(RecordNotEmpty, at, "a record needs a system or a trajectory (or both)");
+        refuse!(
+            RecordNotEmpty,
+            at,
+            "a record needs a system or a trajectory (or both)"
+        );
     }
     if let Some(system) = &mut record.system {
         prepare_system(system, &format!("{at}.system"))?;
@@ -494,12 +729,22 @@ pub fn prepare_record(record: &mut Record, schema: &SequenceSchema, at: &str) ->
         let tat = format!("{at}.trajectory");
         let own = record_declaration(traj, &tat)?;
         if own.states_meta && own.schema.meta != schema.meta {
-            refuse!(RecordMetaDeclaration, tat, "per-step meta declaration {} differs from the collection's {}", meta_decl_text(&own.schema), meta_decl_text(schema));
+            refuse!(
+                RecordMetaDeclaration,
+                tat,
+                "per-step meta declaration {} differs from the collection's {}",
+                meta_decl_text(&own.schema),
+                meta_decl_text(schema)
+            );
         }
         if traj.schema.is_some() {
             for (name, decl) in &own.schema.blocks {
                 if schema.blocks.get(name) != Some(decl) {
-                    refuse!(RecordOutsideDeclaration, format!("{tat}.schema.blocks.{name}"), "block declaration differs from or is outside sequence_schema");
+                    refuse!(
+                        RecordOutsideDeclaration,
+                        format!("{tat}.schema.blocks.{name}"),
+                        "block declaration differs from or is outside sequence_schema"
+                    );
                 }
             }
         }
@@ -509,11 +754,26 @@ pub fn prepare_record(record: &mut Record, schema: &SequenceSchema, at: &str) ->
 }
 
 fn meta_decl_text(s: &SequenceSchema) -> String {
-    let keys: Vec<String> = s.meta.iter().map(|(k, d)| format!("{k}:{}{}", d.tag.name(), if d.fill.is_some() { "+fill" } else { "" })).collect();
+    let keys: Vec<String> = s
+        .meta
+        .iter()
+        .map(|(k, d)| {
+            format!(
+                "{k}:{}{}",
+                d.tag.name(),
+                if d.fill.is_some() { "+fill" } else { "" }
+            )
+        })
+        .collect();
     format!("{{{}}}", keys.join(", "))
 }
 
-fn prepare_trajectory(traj: &mut Trajectory, system: Option<&Frame>, schema: &SequenceSchema, at: &str) -> Result<()> {
+fn prepare_trajectory(
+    traj: &mut Trajectory,
+    system: Option<&Frame>,
+    schema: &SequenceSchema,
+    at: &str,
+) -> Result<()> {
     let has_time = traj.frames.first().is_some_and(|f| f.time.is_some());
     let mut previous_step: Option<i64> = None;
     let mut column_sets: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -522,41 +782,71 @@ fn prepare_trajectory(traj: &mut Trajectory, system: Option<&Frame>, schema: &Se
     let system_blocks = system.map(|s| &s.blocks).unwrap_or(&no_blocks);
     for name in schema.blocks.keys() {
         if schema.blocks[name].aligned_with.is_some() && system_blocks.contains_key(name) {
-            refuse!(AlignedNotSystemName, format!("{at}"), "aligned block `{name}` shares its name with a system block");
+            refuse!(
+                AlignedNotSystemName,
+                format!("{at}"),
+                "aligned block `{name}` shares its name with a system block"
+            );
         }
     }
     for (i, step) in traj.frames.iter_mut().enumerate() {
         let fat = format!("{at}.frames[{i}]");
         if let Some(prev) = previous_step {
             if step.step <= prev {
-                refuse!(StepIncreasing, format!("{fat}.step"), "step {} after step {prev}: steps must strictly increase", step.step);
+                refuse!(
+                    StepIncreasing,
+                    format!("{fat}.step"),
+                    "step {} after step {prev}: steps must strictly increase",
+                    step.step
+                );
             }
         }
         previous_step = Some(step.step);
         if step.time.is_some() != has_time {
-            refuse!(TimeAllOrNone, format!("{fat}.time"), "time must be on every frame or on none");
+            refuse!(
+                TimeAllOrNone,
+                format!("{fat}.time"),
+                "time must be on every frame or on none"
+            );
         }
         prepare_step_meta(&mut step.meta, schema, &format!("{fat}.meta"))?;
         check_cell(step.cell.as_mut(), &format!("{fat}.box"))?;
         for (name, block) in &mut step.blocks {
             let bat = format!("{fat}.blocks.{name}");
             let Some(decl) = schema.blocks.get(name) else {
-                refuse!(RecordOutsideDeclaration, bat, "block `{name}` is not declared in sequence_schema");
+                refuse!(
+                    RecordOutsideDeclaration,
+                    bat,
+                    "block `{name}` is not declared in sequence_schema"
+                );
             };
             if name == "box" {
-                refuse!(FrameReservedBlockName, bat, "block name `box` is reserved in a frame");
+                refuse!(
+                    FrameReservedBlockName,
+                    bat,
+                    "block name `box` is reserved in a frame"
+                );
             }
             if let Some(shape) = &decl.structural_shape {
                 let product = shape.iter().try_fold(1u64, |a, &b| a.checked_mul(b));
                 if block.count != 0 && product != Some(block.count) {
-                    refuse!(StructuralShapeFixed, bat, "count {} differs from the declared structural_shape {shape:?}", block.count);
+                    refuse!(
+                        StructuralShapeFixed,
+                        bat,
+                        "count {} differs from the declared structural_shape {shape:?}",
+                        block.count
+                    );
                 }
             }
             check_structural_shape(block, &bat)?;
             let names: Vec<String> = block.columns.keys().cloned().collect();
             match column_sets.get(name) {
                 Some(first) if *first != names => {
-                    refuse!(BlockColumnSetStable, bat, "columns {names:?} differ from this record's earlier update {first:?}");
+                    refuse!(
+                        BlockColumnSetStable,
+                        bat,
+                        "columns {names:?} differ from this record's earlier update {first:?}"
+                    );
                 }
                 Some(_) => {}
                 None => {
@@ -566,26 +856,58 @@ fn prepare_trajectory(traj: &mut Trajectory, system: Option<&Frame>, schema: &Se
             for (col, column) in &mut block.columns {
                 let cat = format!("{bat}.columns.{col}");
                 let Some(cd) = decl.columns.get(col) else {
-                    refuse!(RecordOutsideDeclaration, cat, "column `{col}` is not declared for block `{name}`");
+                    refuse!(
+                        RecordOutsideDeclaration,
+                        cat,
+                        "column `{col}` is not declared for block `{name}`"
+                    );
                 };
                 if column.precision.is_some() {
-                    refuse!(PrecisionPlacement, cat, "a trajectory column takes its precision from sequence_schema");
+                    refuse!(
+                        PrecisionPlacement,
+                        cat,
+                        "a trajectory column takes its precision from sequence_schema"
+                    );
                 }
-                if column.dtype() != cd.dtype || column.shape.get(1..).unwrap_or_default() != cd.trailing.as_slice() {
-                    refuse!(RecordOutsideDeclaration, cat, "{} {:?} differs from the declared {} with trailing {:?}", column.dtype(), column.shape, cd.dtype, cd.trailing);
+                if column.dtype() != cd.dtype
+                    || column.shape.get(1..).unwrap_or_default() != cd.trailing.as_slice()
+                {
+                    refuse!(
+                        RecordOutsideDeclaration,
+                        cat,
+                        "{} {:?} differs from the declared {} with trailing {:?}",
+                        column.dtype(),
+                        column.shape,
+                        cd.dtype,
+                        cd.trailing
+                    );
                 }
                 prepare_column(column, col, block.count, cd.precision, &cat)?;
                 column.precision = None;
                 if column.validity.is_some() && !cd.nullable {
-                    refuse!(RecordOutsideDeclaration, cat, "a mask on a column not declared nullable");
+                    refuse!(
+                        RecordOutsideDeclaration,
+                        cat,
+                        "a mask on a column not declared nullable"
+                    );
                 }
             }
             if let Some(sys) = system_blocks.get(name) {
                 if block.count != sys.count {
-                    refuse!(SystemTrajectoryRowCount, bat, "{} rows; the system block `{name}` has {}", block.count, sys.count);
+                    refuse!(
+                        SystemTrajectoryRowCount,
+                        bat,
+                        "{} rows; the system block `{name}` has {}",
+                        block.count,
+                        sys.count
+                    );
                 }
                 if let Some(col) = block.columns.keys().find(|c| sys.columns.contains_key(*c)) {
-                    refuse!(SystemTrajectoryColumnDisjoint, format!("{bat}.columns.{col}"), "column `{col}` is in both the system and the trajectory block");
+                    refuse!(
+                        SystemTrajectoryColumnDisjoint,
+                        format!("{bat}.columns.{col}"),
+                        "column `{col}` is in both the system and the trajectory block"
+                    );
                 }
             }
         }
@@ -601,27 +923,46 @@ fn prepare_trajectory(traj: &mut Trajectory, system: Option<&Frame>, schema: &Se
 /// Per-step meta: every key declared, values normalized, fills materialized.
 fn prepare_step_meta(meta: &mut Document, schema: &SequenceSchema, at: &str) -> Result<()> {
     if let Some(extra) = meta.keys().find(|k| !schema.meta.contains_key(*k)) {
-        refuse!(RecordOutsideDeclaration, format!("{at}.{extra}"), "per-step key `{extra}` is not declared");
+        refuse!(
+            RecordOutsideDeclaration,
+            format!("{at}.{extra}"),
+            "per-step key `{extra}` is not declared"
+        );
     }
     for (key, decl) in &schema.meta {
         let kat = format!("{at}.{key}");
         let value = match (meta.get(key), &decl.fill) {
             (Some(v), _) => v,
             (None, Some(fill)) => fill,
-            (None, None) => refuse!(StepMetaRequired, kat, "declared per-step key `{key}` is missing and has no fill"),
+            (None, None) => refuse!(
+                StepMetaRequired,
+                kat,
+                "declared per-step key `{key}` is missing and has no fill"
+            ),
         };
-        let normal = typed_json::normalize(decl.tag, value).map_err(|e| Error::refused(Clause::TypedValue, &kat, e))?;
+        let normal = typed_json::normalize(decl.tag, value)
+            .map_err(|e| Error::refused(Clause::TypedValue, &kat, e))?;
         meta.insert(key.clone(), normal);
     }
     Ok(())
 }
 
 /// The aligned-block row-count rule on one resolved frame.
-fn check_aligned(resolved: &BTreeMap<String, Block>, schema: &SequenceSchema, at: &str) -> Result<()> {
+fn check_aligned(
+    resolved: &BTreeMap<String, Block>,
+    schema: &SequenceSchema,
+    at: &str,
+) -> Result<()> {
     for (name, decl) in &schema.blocks {
-        let (Some(target), Some(block)) = (&decl.aligned_with, resolved.get(name)) else { continue };
+        let (Some(target), Some(block)) = (&decl.aligned_with, resolved.get(name)) else {
+            continue;
+        };
         match resolved.get(target) {
-            None => refuse!(AlignedRowCount, format!("{at}.blocks.{name}"), "aligned block is present while its target `{target}` is absent"),
+            None => refuse!(
+                AlignedRowCount,
+                format!("{at}.blocks.{name}"),
+                "aligned block is present while its target `{target}` is absent"
+            ),
             Some(t) if t.count != block.count => refuse!(
                 AlignedRowCount,
                 format!("{at}.blocks.{name}"),

@@ -78,7 +78,10 @@ fn a_first_frame_restates_even_an_identical_block() {
     let mut c = water_collection(2);
     // Make record 1's frames identical to record 0's last frame.
     let last = c["records"][0]["trajectory"]["frames"][2]["blocks"].clone();
-    for f in c["records"][1]["trajectory"]["frames"].as_array_mut().unwrap() {
+    for f in c["records"][1]["trajectory"]["frames"]
+        .as_array_mut()
+        .unwrap()
+    {
         f["blocks"] = last.clone();
     }
     let path = scratch("restate");
@@ -92,12 +95,25 @@ fn a_first_frame_restates_even_an_identical_block() {
 fn many_small_transactions_read_back_whole() {
     let c = water_collection(50);
     let path = scratch("batches");
-    write_json(&path, &c, WriterOptions { overwrite: false, batch_bytes: 1024 }).unwrap();
+    write_json(
+        &path,
+        &c,
+        WriterOptions {
+            overwrite: false,
+            batch_bytes: 1024,
+        },
+    )
+    .unwrap();
     let back = Reader::open(&path).unwrap().read_collection().unwrap();
     assert_eq!(back.records.len(), 50);
     let once = collection_to_json(&back);
     let path2 = scratch("batches-again");
-    write_collection(&path2, collection_from_json(&once).unwrap(), WriterOptions::default()).unwrap();
+    write_collection(
+        &path2,
+        collection_from_json(&once).unwrap(),
+        WriterOptions::default(),
+    )
+    .unwrap();
     let twice = collection_to_json(&Reader::open(&path2).unwrap().read_collection().unwrap());
     assert_eq!(once, twice);
 }
@@ -106,7 +122,15 @@ fn many_small_transactions_read_back_whole() {
 fn a_writer_that_never_finishes_leaves_an_uncommitted_file() {
     let path = scratch("uncommitted");
     let c = collection_from_json(&water_collection(20)).unwrap();
-    let mut writer = Writer::create(&path, c.header.clone(), WriterOptions { overwrite: false, batch_bytes: 512 }).unwrap();
+    let mut writer = Writer::create(
+        &path,
+        c.header.clone(),
+        WriterOptions {
+            overwrite: false,
+            batch_bytes: 512,
+        },
+    )
+    .unwrap();
     for r in c.records {
         writer.append(r).unwrap();
     }
@@ -123,7 +147,14 @@ fn a_second_writer_on_the_same_file_is_refused() {
     let path = scratch("busy");
     let c = collection_from_json(&water_collection(1)).unwrap();
     let first = Writer::create(&path, c.header.clone(), WriterOptions::default()).unwrap();
-    match Writer::create(&path, c.header.clone(), WriterOptions { overwrite: true, ..WriterOptions::default() }) {
+    match Writer::create(
+        &path,
+        c.header.clone(),
+        WriterOptions {
+            overwrite: true,
+            ..WriterOptions::default()
+        },
+    ) {
         Err(e @ Error::Busy(_)) => assert_eq!(e.clause(), Some(Clause::WriterExclusive)),
         Err(e) => panic!("expected busy, got {e}"),
         Ok(_) => panic!("two writers on one file"),
@@ -135,8 +166,19 @@ fn a_second_writer_on_the_same_file_is_refused() {
 fn an_existing_file_is_not_overwritten_by_default() {
     let path = scratch("exists");
     write_json(&path, &water_collection(1), WriterOptions::default()).unwrap();
-    assert!(matches!(write_json(&path, &water_collection(1), WriterOptions::default()), Err(Error::Io(_))));
-    write_json(&path, &water_collection(2), WriterOptions { overwrite: true, ..WriterOptions::default() }).unwrap();
+    assert!(matches!(
+        write_json(&path, &water_collection(1), WriterOptions::default()),
+        Err(Error::Io(_))
+    ));
+    write_json(
+        &path,
+        &water_collection(2),
+        WriterOptions {
+            overwrite: true,
+            ..WriterOptions::default()
+        },
+    )
+    .unwrap();
     assert_eq!(Reader::open(&path).unwrap().n_records(), 2);
 }
 
@@ -157,15 +199,19 @@ fn edit(path: &Path, f: impl FnOnce(&heed::Env, Database<Bytes, Bytes>, &mut hee
 
 fn set_meta(path: &Path, change: impl FnOnce(&mut Value)) {
     edit(path, |_, db, txn| {
-        let mut meta: Value = serde_json::from_slice(db.get(txn, b"meta").unwrap().unwrap()).unwrap();
+        let mut meta: Value =
+            serde_json::from_slice(db.get(txn, b"meta").unwrap().unwrap()).unwrap();
         change(&mut meta);
-        db.put(txn, b"meta", &serde_json::to_vec(&meta).unwrap()).unwrap();
+        db.put(txn, b"meta", &serde_json::to_vec(&meta).unwrap())
+            .unwrap();
     });
 }
 
 fn open_clause(path: &Path) -> Clause {
     match Reader::open(path).and_then(|r| r.read_collection()) {
-        Err(e) => e.clause().unwrap_or_else(|| panic!("refusal without clause: {e}")),
+        Err(e) => e
+            .clause()
+            .unwrap_or_else(|| panic!("refusal without clause: {e}")),
         Ok(_) => panic!("a broken file was read"),
     }
 }
@@ -173,24 +219,110 @@ fn open_clause(path: &Path) -> Clause {
 #[test]
 fn reader_refuses_bad_meta() {
     let cases: Vec<(&str, Box<dyn Fn(&mut Value)>, Clause)> = vec![
-        ("layout", Box::new(|m: &mut Value| m["layout"] = json!("mrec-zarr")), Clause::Layout),
-        ("lv-missing", Box::new(|m: &mut Value| { m.as_object_mut().unwrap().remove("layout_version"); }), Clause::LayoutVersion),
-        ("lv-null", Box::new(|m: &mut Value| m["layout_version"] = json!(null)), Clause::LayoutVersion),
-        ("lv-bool", Box::new(|m: &mut Value| m["layout_version"] = json!(true)), Clause::LayoutVersion),
-        ("lv-float", Box::new(|m: &mut Value| m["layout_version"] = json!(1.0)), Clause::LayoutVersion),
-        ("lv-string", Box::new(|m: &mut Value| m["layout_version"] = json!("1")), Clause::LayoutVersion),
-        ("lv-0", Box::new(|m: &mut Value| m["layout_version"] = json!(0)), Clause::LayoutVersion),
-        ("lv-2", Box::new(|m: &mut Value| m["layout_version"] = json!(2)), Clause::LayoutVersion),
-        ("mv-null", Box::new(|m: &mut Value| m["collection"]["molrec_version"] = json!(null)), Clause::MolrecVersion),
-        ("mv-2", Box::new(|m: &mut Value| m["collection"]["molrec_version"] = json!(2)), Clause::MolrecVersion),
-        ("mv-float", Box::new(|m: &mut Value| m["collection"]["molrec_version"] = json!(1.0)), Clause::MolrecVersion),
-        ("no-units", Box::new(|m: &mut Value| { m["collection"].as_object_mut().unwrap().remove("units"); }), Clause::UnitsRequired),
-        ("n-records", Box::new(|m: &mut Value| m["n_records"] = json!(3)), Clause::IndexCount),
-        ("n-frames", Box::new(|m: &mut Value| m["n_frames"] = json!(7)), Clause::IndexTotal),
-        ("n-frames-huge", Box::new(|m: &mut Value| m["n_frames"] = json!(u64::MAX)), Clause::IndexTotal),
-        ("n-records-huge", Box::new(|m: &mut Value| m["n_records"] = json!(u64::MAX)), Clause::IndexCount),
-        ("undeclared-meta", Box::new(|m: &mut Value| { m["sequence_schema"]["meta"].as_object_mut().unwrap().remove("pe"); }), Clause::FrameUndeclaredMeta),
-        ("undeclared-block", Box::new(|m: &mut Value| { m["sequence_schema"]["blocks"].as_object_mut().unwrap().remove("atoms"); }), Clause::FrameUndeclaredBlock),
+        (
+            "layout",
+            Box::new(|m: &mut Value| m["layout"] = json!("mrec-zarr")),
+            Clause::Layout,
+        ),
+        (
+            "lv-missing",
+            Box::new(|m: &mut Value| {
+                m.as_object_mut().unwrap().remove("layout_version");
+            }),
+            Clause::LayoutVersion,
+        ),
+        (
+            "lv-null",
+            Box::new(|m: &mut Value| m["layout_version"] = json!(null)),
+            Clause::LayoutVersion,
+        ),
+        (
+            "lv-bool",
+            Box::new(|m: &mut Value| m["layout_version"] = json!(true)),
+            Clause::LayoutVersion,
+        ),
+        (
+            "lv-float",
+            Box::new(|m: &mut Value| m["layout_version"] = json!(1.0)),
+            Clause::LayoutVersion,
+        ),
+        (
+            "lv-string",
+            Box::new(|m: &mut Value| m["layout_version"] = json!("1")),
+            Clause::LayoutVersion,
+        ),
+        (
+            "lv-0",
+            Box::new(|m: &mut Value| m["layout_version"] = json!(0)),
+            Clause::LayoutVersion,
+        ),
+        (
+            "lv-2",
+            Box::new(|m: &mut Value| m["layout_version"] = json!(2)),
+            Clause::LayoutVersion,
+        ),
+        (
+            "mv-null",
+            Box::new(|m: &mut Value| m["collection"]["molrec_version"] = json!(null)),
+            Clause::MolrecVersion,
+        ),
+        (
+            "mv-2",
+            Box::new(|m: &mut Value| m["collection"]["molrec_version"] = json!(2)),
+            Clause::MolrecVersion,
+        ),
+        (
+            "mv-float",
+            Box::new(|m: &mut Value| m["collection"]["molrec_version"] = json!(1.0)),
+            Clause::MolrecVersion,
+        ),
+        (
+            "no-units",
+            Box::new(|m: &mut Value| {
+                m["collection"].as_object_mut().unwrap().remove("units");
+            }),
+            Clause::UnitsRequired,
+        ),
+        (
+            "n-records",
+            Box::new(|m: &mut Value| m["n_records"] = json!(3)),
+            Clause::IndexCount,
+        ),
+        (
+            "n-frames",
+            Box::new(|m: &mut Value| m["n_frames"] = json!(7)),
+            Clause::IndexTotal,
+        ),
+        (
+            "n-frames-huge",
+            Box::new(|m: &mut Value| m["n_frames"] = json!(u64::MAX)),
+            Clause::IndexTotal,
+        ),
+        (
+            "n-records-huge",
+            Box::new(|m: &mut Value| m["n_records"] = json!(u64::MAX)),
+            Clause::IndexCount,
+        ),
+        (
+            "undeclared-meta",
+            Box::new(|m: &mut Value| {
+                m["sequence_schema"]["meta"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("pe");
+            }),
+            Clause::FrameUndeclaredMeta,
+        ),
+        (
+            "undeclared-block",
+            Box::new(|m: &mut Value| {
+                m["sequence_schema"]["blocks"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("atoms");
+            }),
+            Clause::FrameUndeclaredBlock,
+        ),
     ];
     for (name, change, clause) in cases {
         let path = scratch(&format!("meta-{name}"));
@@ -228,7 +360,8 @@ fn reader_refuses_missing_meta_and_missing_frames() {
     let path = scratch("bad-record-meta");
     write_json(&path, &water_collection(2), WriterOptions::default()).unwrap();
     edit(&path, |_, db, txn| {
-        db.put(txn, &molrec::lmdb::record_key(1), b"[1, 2]").unwrap();
+        db.put(txn, &molrec::lmdb::record_key(1), b"[1, 2]")
+            .unwrap();
     });
     assert_eq!(open_clause(&path), Clause::RecordMetaValue);
 }
@@ -247,7 +380,10 @@ fn an_aligned_offset_view_is_zero_copy_and_matches_the_owned_copy() {
         if let Some(v) = col.f64_view() {
             assert_eq!(molrec::model::ColumnData::F64(v.to_vec()), copy.data);
         }
-        assert_eq!(owned.trajectory.as_ref().unwrap().frames[k].blocks["atoms"].columns["x"], copy);
+        assert_eq!(
+            owned.trajectory.as_ref().unwrap().frames[k].blocks["atoms"].columns["x"],
+            copy
+        );
         k += 1;
         Ok(())
     })

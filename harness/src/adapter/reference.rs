@@ -19,7 +19,10 @@ impl Reference {
             description: Description {
                 name: "molrec-reference".into(),
                 version: molrec::VERSION.into(),
-                capabilities: Capabilities { write: true, read: true },
+                capabilities: Capabilities {
+                    write: true,
+                    read: true,
+                },
             },
         }
     }
@@ -32,7 +35,10 @@ impl Default for Reference {
 }
 
 fn refused<T>(e: molrec::Error) -> Outcome<T> {
-    Outcome::Refused { message: e.to_string(), clause: e.clause().map(|c| c.id().to_string()) }
+    Outcome::Refused {
+        message: e.to_string(),
+        clause: e.clause().map(|c| c.id().to_string()),
+    }
 }
 
 impl Implementation for Reference {
@@ -41,7 +47,10 @@ impl Implementation for Reference {
     }
 
     fn write(&mut self, collection: &Value, path: &Path) -> Outcome<()> {
-        let options = WriterOptions { overwrite: true, ..WriterOptions::default() };
+        let options = WriterOptions {
+            overwrite: true,
+            ..WriterOptions::default()
+        };
         match collection_from_json(collection).and_then(|c| write_collection(path, c, options)) {
             Ok(()) => Outcome::Done(()),
             Err(e) => refused(e),

@@ -3,7 +3,10 @@
 //! resources; the inline script only adds filtering and expand/collapse all,
 //! the page works without it.
 
-use super::{escape_xml, first_line, level_name, unmapped_clauses, Coverage, Outcome, Report, ResultEntry, Status};
+use super::{
+    escape_xml, first_line, level_name, unmapped_clauses, Coverage, Outcome, Report, ResultEntry,
+    Status,
+};
 use crate::runner::Verdict;
 use crate::suite::{Clause, Direction, Level, SpecMap};
 use std::collections::BTreeMap;
@@ -24,13 +27,20 @@ fn at(s: &str) -> String {
 
 pub(super) fn render(reports: &[Report], spec: &SpecMap) -> String {
     let mut out = String::new();
-    let names: Vec<String> = reports.iter().map(|r| r.implementation.name.clone()).collect();
+    let names: Vec<String> = reports
+        .iter()
+        .map(|r| r.implementation.name.clone())
+        .collect();
     let _ = write!(
         out,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
          <title>molrec conformance: {}</title>\n<style>\n{STYLE}</style>\n</head>\n<body>\n",
-        h(&if names.is_empty() { "no implementation".to_owned() } else { names.join(", ") })
+        h(&if names.is_empty() {
+            "no implementation".to_owned()
+        } else {
+            names.join(", ")
+        })
     );
     header(&mut out, reports, spec);
     out.push_str("<main>\n");
@@ -46,16 +56,29 @@ fn header(out: &mut String, reports: &[Report], spec: &SpecMap) {
     let mut harness: Vec<&str> = reports.iter().map(|r| r.harness_version.as_str()).collect();
     harness.sort();
     harness.dedup();
-    let mut suites: Vec<String> = reports.iter().flat_map(|r| r.suites.iter()).map(|s| format!("{} v{}", s.module, s.version)).collect();
+    let mut suites: Vec<String> = reports
+        .iter()
+        .flat_map(|r| r.suites.iter())
+        .map(|s| format!("{} v{}", s.module, s.version))
+        .collect();
     suites.sort();
     suites.dedup();
-    let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    let plural =
+        |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     let _ = writeln!(
         out,
         "<header class=\"top\"><div class=\"inner\"><h1>molrec conformance</h1>\
          <p class=\"meta\">harness {} · suites: {} · {} · {} in the spec map</p></div></header>",
-        h(&if harness.is_empty() { "?".to_owned() } else { harness.join(", ") }),
-        h(&if suites.is_empty() { "none".to_owned() } else { suites.join(", ") }),
+        h(&if harness.is_empty() {
+            "?".to_owned()
+        } else {
+            harness.join(", ")
+        }),
+        h(&if suites.is_empty() {
+            "none".to_owned()
+        } else {
+            suites.join(", ")
+        }),
         plural(reports.len(), "implementation", "implementations"),
         plural(spec.len(), "clause", "clauses"),
     );
@@ -72,7 +95,12 @@ fn count_cell(n: usize) -> String {
 fn implementations(out: &mut String, reports: &[Report], spec: &SpecMap) {
     out.push_str("<section>\n<h2>Implementations</h2>\n<table class=\"impls\">\n<thead><tr><th>Implementation</th><th>Does</th>");
     for o in Outcome::ALL {
-        let _ = write!(out, "<th class=\"num\"><span class=\"dot o-{}\"></span>{}</th>", o.slug(), h(o.name()));
+        let _ = write!(
+            out,
+            "<th class=\"num\"><span class=\"dot o-{}\"></span>{}</th>",
+            o.slug(),
+            h(o.name())
+        );
     }
     out.push_str("<th class=\"num\">total</th><th>Trials</th><th>Clauses</th><th>Result</th></tr></thead>\n<tbody>\n");
     if reports.is_empty() {
@@ -81,42 +109,85 @@ fn implementations(out: &mut String, reports: &[Report], spec: &SpecMap) {
     for r in reports {
         let imp = &r.implementation;
         let s = &r.summary;
-        let does: Vec<&str> =
-            [("write", imp.capabilities.write), ("read", imp.capabilities.read)].into_iter().filter(|(_, b)| *b).map(|(n, _)| n).collect();
+        let does: Vec<&str> = [
+            ("write", imp.capabilities.write),
+            ("read", imp.capabilities.read),
+        ]
+        .into_iter()
+        .filter(|(_, b)| *b)
+        .map(|(n, _)| n)
+        .collect();
         let _ = write!(
             out,
             "<tr><td><b>{}</b> <span class=\"ver\">{}</span></td><td>{}</td>",
             h(&imp.name),
             h(&imp.version),
-            if does.is_empty() { "—".to_owned() } else { does.join(", ") }
+            if does.is_empty() {
+                "—".to_owned()
+            } else {
+                does.join(", ")
+            }
         );
         for o in Outcome::ALL {
             out.push_str(&count_cell(s.count(o)));
         }
-        let _ = write!(out, "<td class=\"num\"><b>{}</b></td><td><div class=\"bar\">", s.total);
+        let _ = write!(
+            out,
+            "<td class=\"num\"><b>{}</b></td><td><div class=\"bar\">",
+            s.total
+        );
         for o in Outcome::ALL {
             let n = s.count(o);
             if n > 0 {
-                let _ = write!(out, "<span class=\"o-{}\" style=\"flex:{n}\" title=\"{n} {}\"></span>", o.slug(), at(o.name()));
+                let _ = write!(
+                    out,
+                    "<span class=\"o-{}\" style=\"flex:{n}\" title=\"{n} {}\"></span>",
+                    o.slug(),
+                    at(o.name())
+                );
             }
         }
         out.push_str("</div>");
         if s.pass_unnamed > 0 {
-            let _ = write!(out, "<div class=\"note\">{} passing refusals named no clause</div>", s.pass_unnamed);
+            let _ = write!(
+                out,
+                "<div class=\"note\">{} passing refusals named no clause</div>",
+                s.pass_unnamed
+            );
         }
         out.push_str("</td><td>");
         let mut statuses: BTreeMap<&str, usize> = BTreeMap::new();
         for (id, clause) in spec {
-            *statuses.entry(Coverage::of(&r.covering(id), Some(clause)).status.slug()).or_default() += 1;
+            *statuses
+                .entry(Coverage::of(&r.covering(id), Some(clause)).status.slug())
+                .or_default() += 1;
         }
-        let parts: Vec<String> = ["pass", "partial", "fail", "unsupported", "waived", "uncovered"]
-            .into_iter()
-            .filter_map(|k| statuses.get(k).map(|n| format!("<span class=\"t-{k}\">{n} {}</span>", k.replace("uncovered", "not covered"))))
-            .collect();
+        let parts: Vec<String> = [
+            "pass",
+            "partial",
+            "fail",
+            "unsupported",
+            "waived",
+            "uncovered",
+        ]
+        .into_iter()
+        .filter_map(|k| {
+            statuses.get(k).map(|n| {
+                format!(
+                    "<span class=\"t-{k}\">{n} {}</span>",
+                    k.replace("uncovered", "not covered")
+                )
+            })
+        })
+        .collect();
         out.push_str(&parts.join(" · "));
         out.push_str("</td><td>");
         if r.has_unexpected() {
-            let _ = write!(out, "<span class=\"verdict bad\">{} unexpected</span>", s.unexpected());
+            let _ = write!(
+                out,
+                "<span class=\"verdict bad\">{} unexpected</span>",
+                s.unexpected()
+            );
         } else {
             out.push_str("<span class=\"verdict ok\">nothing unexpected</span>");
         }
@@ -141,8 +212,15 @@ impl Row<'_> {
             && self.coverage.iter().any(|c| c.status == Status::Uncovered);
         uncovered_must
             || self.clause.is_none()
-            || self.coverage.iter().any(|c| matches!(c.status, Status::Fail | Status::Partial))
-            || self.trials.iter().flatten().any(|e| e.outcome.is_unexpected())
+            || self
+                .coverage
+                .iter()
+                .any(|c| matches!(c.status, Status::Fail | Status::Partial))
+            || self
+                .trials
+                .iter()
+                .flatten()
+                .any(|e| e.outcome.is_unexpected())
     }
 }
 
@@ -150,15 +228,28 @@ fn matrix(out: &mut String, reports: &[Report], spec: &SpecMap) {
     let mut groups: BTreeMap<String, Vec<Row<'_>>> = BTreeMap::new();
     for (id, clause) in spec {
         let trials: Vec<Vec<&ResultEntry>> = reports.iter().map(|r| r.covering(id)).collect();
-        let coverage = trials.iter().map(|t| Coverage::of(t, Some(clause))).collect();
-        groups.entry(clause.source.clone()).or_default().push(Row { id, clause: Some(clause), trials, coverage });
+        let coverage = trials
+            .iter()
+            .map(|t| Coverage::of(t, Some(clause)))
+            .collect();
+        groups.entry(clause.source.clone()).or_default().push(Row {
+            id,
+            clause: Some(clause),
+            trials,
+            coverage,
+        });
     }
     let unmapped = unmapped_clauses(reports, spec);
     let mut unmapped_rows = Vec::new();
     for id in &unmapped {
         let trials: Vec<Vec<&ResultEntry>> = reports.iter().map(|r| r.covering(id)).collect();
         let coverage = trials.iter().map(|t| Coverage::of(t, None)).collect();
-        unmapped_rows.push(Row { id, clause: None, trials, coverage });
+        unmapped_rows.push(Row {
+            id,
+            clause: None,
+            trials,
+            coverage,
+        });
     }
 
     out.push_str("<section>\n<h2>Clauses × implementations</h2>\n");
@@ -178,15 +269,30 @@ fn matrix(out: &mut String, reports: &[Report], spec: &SpecMap) {
         ("pass", "pass", "every trial passed"),
         ("partial", "partial", "some trials failed"),
         ("fail", "fail", "every trial failed"),
-        ("unsupported", "unsupported", "the implementation does not do it"),
+        (
+            "unsupported",
+            "unsupported",
+            "the implementation does not do it",
+        ),
         ("waived", "waived", "no case, with a reason"),
-        ("uncovered-must", "not covered", "a must without a case or waiver"),
+        (
+            "uncovered-must",
+            "not covered",
+            "a must without a case or waiver",
+        ),
         ("uncovered", "not covered", "a should or may without a case"),
     ] {
-        let _ = write!(out, "<span><span class=\"cell s-{slug}\">{name}</span> {what}</span>");
+        let _ = write!(
+            out,
+            "<span><span class=\"cell s-{slug}\">{name}</span> {what}</span>"
+        );
     }
     out.push_str("</div>\n");
-    let _ = writeln!(out, "<div class=\"matrix\" style=\"--n:{}\">", reports.len().max(1));
+    let _ = writeln!(
+        out,
+        "<div class=\"matrix\" style=\"--n:{}\">",
+        reports.len().max(1)
+    );
     out.push_str("<div class=\"mrow mhead\"><div>Clause</div><div>Level</div>");
     for r in reports {
         let _ = write!(
@@ -227,7 +333,11 @@ fn group(out: &mut String, source: &str, rows: &[Row<'_>], reports: &[Report]) {
         let bad = n(Status::Fail) + n(Status::Partial);
         let covered = statuses.len() - n(Status::Waived) - n(Status::Uncovered);
         let class = if bad > 0 { "gsum bad" } else { "gsum" };
-        let _ = write!(out, "<div class=\"{class}\">{} of {covered} pass</div>", n(Status::Pass));
+        let _ = write!(
+            out,
+            "<div class=\"{class}\">{} of {covered} pass</div>",
+            n(Status::Pass)
+        );
     }
     out.push_str("</div>\n");
     for row in rows {
@@ -237,7 +347,10 @@ fn group(out: &mut String, source: &str, rows: &[Row<'_>], reports: &[Report]) {
 }
 
 fn clause_row(out: &mut String, row: &Row<'_>, reports: &[Report]) {
-    let text = row.clause.map(|c| c.text.as_str()).unwrap_or("(named by cases, missing from spec-map.toml)");
+    let text = row
+        .clause
+        .map(|c| c.text.as_str())
+        .unwrap_or("(named by cases, missing from spec-map.toml)");
     let _ = write!(
         out,
         "<details class=\"clause\" id=\"clause-{}\" data-search=\"{}\" data-problem=\"{}\">\n<summary class=\"mrow\">",
@@ -245,10 +358,19 @@ fn clause_row(out: &mut String, row: &Row<'_>, reports: &[Report]) {
         at(&format!("{} {}", row.id, text).to_lowercase()),
         u8::from(row.problem())
     );
-    let _ = write!(out, "<div class=\"cl\"><code>{}</code><span class=\"txt\">{}</span></div>", h(row.id), h(text));
+    let _ = write!(
+        out,
+        "<div class=\"cl\"><code>{}</code><span class=\"txt\">{}</span></div>",
+        h(row.id),
+        h(text)
+    );
     match row.clause {
         Some(c) => {
-            let _ = write!(out, "<div><span class=\"lvl {0}\">{0}</span></div>", level_name(c.level));
+            let _ = write!(
+                out,
+                "<div><span class=\"lvl {0}\">{0}</span></div>",
+                level_name(c.level)
+            );
         }
         None => out.push_str("<div><span class=\"lvl unknown\">?</span></div>"),
     }
@@ -262,7 +384,9 @@ fn clause_row(out: &mut String, row: &Row<'_>, reports: &[Report]) {
 
 fn cell(out: &mut String, cov: &Coverage, clause: Option<&Clause>) {
     let (slug, word) = match cov.status {
-        Status::Uncovered if clause.is_some_and(|c| c.level == Level::Must) => ("uncovered-must", "NOT COVERED"),
+        Status::Uncovered if clause.is_some_and(|c| c.level == Level::Must) => {
+            ("uncovered-must", "NOT COVERED")
+        }
         Status::Uncovered => ("uncovered", "not covered"),
         s => (s.slug(), s.slug()),
     };
@@ -271,7 +395,10 @@ fn cell(out: &mut String, cov: &Coverage, clause: Option<&Clause>) {
         _ => String::new(),
     };
     let known = if cov.expected > 0 {
-        format!("<span class=\"known\" title=\"{0} expected failure(s)\">{0} known</span>", cov.expected)
+        format!(
+            "<span class=\"known\" title=\"{0} expected failure(s)\">{0} known</span>",
+            cov.expected
+        )
     } else {
         String::new()
     };
@@ -285,7 +412,12 @@ fn cell(out: &mut String, cov: &Coverage, clause: Option<&Clause>) {
 fn drill(out: &mut String, row: &Row<'_>, reports: &[Report]) {
     out.push_str("<dl class=\"facts\">");
     if let Some(c) = row.clause {
-        let _ = write!(out, "<dt>Source</dt><dd>{}</dd><dt>Level</dt><dd>{}</dd>", h(&c.source), level_name(c.level));
+        let _ = write!(
+            out,
+            "<dt>Source</dt><dd>{}</dd><dt>Level</dt><dd>{}</dd>",
+            h(&c.source),
+            level_name(c.level)
+        );
         let _ = write!(out, "<dt>Clause</dt><dd>{}</dd>", h(&c.text));
         if let Some(w) = &c.waiver {
             let _ = write!(out, "<dt>Waiver</dt><dd>{}</dd>", h(w));
@@ -293,7 +425,12 @@ fn drill(out: &mut String, row: &Row<'_>, reports: &[Report]) {
     } else {
         out.push_str("<dt>Clause</dt><dd>This id is named by cases but missing from <code>spec-map.toml</code>.</dd>");
     }
-    let _ = write!(out, "<dt>Link</dt><dd><a href=\"#clause-{0}\">#clause-{1}</a></dd>", at(row.id), h(row.id));
+    let _ = write!(
+        out,
+        "<dt>Link</dt><dd><a href=\"#clause-{0}\">#clause-{1}</a></dd>",
+        at(row.id),
+        h(row.id)
+    );
     out.push_str("</dl>\n");
 
     // The union of the trials over the implementations, by case then direction.
@@ -301,15 +438,22 @@ fn drill(out: &mut String, row: &Row<'_>, reports: &[Report]) {
     let mut trials: BTreeMap<Key, Vec<Option<&ResultEntry>>> = BTreeMap::new();
     for (i, entries) in row.trials.iter().enumerate() {
         for e in entries {
-            let key = (e.result.module.clone(), e.result.case.clone(), e.result.direction);
-            trials.entry(key).or_insert_with(|| vec![None; reports.len()])[i] = Some(e);
+            let key = (
+                e.result.module.clone(),
+                e.result.case.clone(),
+                e.result.direction,
+            );
+            trials
+                .entry(key)
+                .or_insert_with(|| vec![None; reports.len()])[i] = Some(e);
         }
     }
     if trials.is_empty() {
         let why = match row.clause.and_then(|c| c.waiver.as_deref()) {
             Some(w) => format!("No case covers this clause; it is waived: {}", h(w)),
             None if row.clause.is_some_and(|c| c.level == Level::Must) => {
-                "No case covers this <b>must</b> clause and the spec map gives no waiver.".to_owned()
+                "No case covers this <b>must</b> clause and the spec map gives no waiver."
+                    .to_owned()
             }
             None => "No case covers this clause.".to_owned(),
         };
@@ -321,12 +465,21 @@ fn drill(out: &mut String, row: &Row<'_>, reports: &[Report]) {
         let _ = write!(out, "<th>{}</th>", h(&r.implementation.name));
     }
     out.push_str("</tr></thead>\n<tbody>\n");
-    let mut by_case: BTreeMap<(String, String), Vec<(Direction, &Vec<Option<&ResultEntry>>)>> = BTreeMap::new();
+    let mut by_case: BTreeMap<(String, String), Vec<(Direction, &Vec<Option<&ResultEntry>>)>> =
+        BTreeMap::new();
     for ((module, case, direction), per) in &trials {
-        by_case.entry((module.clone(), case.clone())).or_default().push((*direction, per));
+        by_case
+            .entry((module.clone(), case.clone()))
+            .or_default()
+            .push((*direction, per));
     }
     for ((module, case), dirs) in &by_case {
-        let title = dirs.iter().flat_map(|(_, per)| per.iter().flatten()).map(|e| e.result.title.as_str()).next().unwrap_or("");
+        let title = dirs
+            .iter()
+            .flat_map(|(_, per)| per.iter().flatten())
+            .map(|e| e.result.title.as_str())
+            .next()
+            .unwrap_or("");
         for (k, (direction, per)) in dirs.iter().enumerate() {
             out.push_str("<tr>");
             if k == 0 {
@@ -380,8 +533,18 @@ fn badge(e: &ResultEntry) -> String {
     if !e.result.detail.is_empty() {
         title.push_str(&format!(" — {}", first_line(&e.result.detail, 160)));
     }
-    let text = if unnamed { "pass · no clause" } else { e.outcome.name() };
-    format!("<span class=\"badge o-{}{}\" title=\"{}\">{}</span>", e.outcome.slug(), if unnamed { " unnamed" } else { "" }, at(&title), h(text))
+    let text = if unnamed {
+        "pass · no clause"
+    } else {
+        e.outcome.name()
+    };
+    format!(
+        "<span class=\"badge o-{}{}\" title=\"{}\">{}</span>",
+        e.outcome.slug(),
+        if unnamed { " unnamed" } else { "" },
+        at(&title),
+        h(text)
+    )
 }
 
 fn detail(out: &mut String, e: &ResultEntry, report: &Report) {
@@ -395,11 +558,20 @@ fn detail(out: &mut String, e: &ResultEntry, report: &Report) {
     );
     if let Some(c) = &r.expected_clause {
         let named = r.named_clause.as_deref().unwrap_or("none");
-        let _ = write!(out, " · must name <code>{}</code>, named <code>{}</code>", h(c), h(named));
+        let _ = write!(
+            out,
+            " · must name <code>{}</code>, named <code>{}</code>",
+            h(c),
+            h(named)
+        );
     }
     out.push_str("</div>");
     if let Some(reason) = &e.expected_failure {
-        let _ = write!(out, "<div class=\"reason\">Expected to fail: {}</div>", h(reason));
+        let _ = write!(
+            out,
+            "<div class=\"reason\">Expected to fail: {}</div>",
+            h(reason)
+        );
     }
     if !r.detail.is_empty() {
         let _ = write!(out, "<pre>{}</pre>", h(r.detail.trim_end()));
@@ -411,7 +583,11 @@ fn unexpected(out: &mut String, reports: &[Report]) {
     out.push_str("<section>\n<h2>Unexpected results</h2>\n");
     let mut any = false;
     for r in reports {
-        let entries: Vec<&ResultEntry> = r.results.iter().filter(|e| e.outcome.is_unexpected()).collect();
+        let entries: Vec<&ResultEntry> = r
+            .results
+            .iter()
+            .filter(|e| e.outcome.is_unexpected())
+            .collect();
         if entries.is_empty() {
             continue;
         }

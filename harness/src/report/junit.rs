@@ -38,7 +38,11 @@ pub(super) fn render(report: &Report) -> String {
             s.expected_failure + s.unsupported,
         );
         out.push_str("    <properties>\n");
-        let version = report.suites.iter().find(|i| i.module == module).map(|i| i.version.to_string());
+        let version = report
+            .suites
+            .iter()
+            .find(|i| i.module == module)
+            .map(|i| i.version.to_string());
         let props = [
             ("implementation", imp.name.clone()),
             ("implementation.version", imp.version.clone()),
@@ -46,7 +50,12 @@ pub(super) fn render(report: &Report) -> String {
             ("suite.version", version.unwrap_or_default()),
         ];
         for (name, value) in props {
-            let _ = writeln!(out, "      <property name=\"{}\" value=\"{}\"/>", a(name), a(&value));
+            let _ = writeln!(
+                out,
+                "      <property name=\"{}\" value=\"{}\"/>",
+                a(name),
+                a(&value)
+            );
         }
         out.push_str("    </properties>\n");
         for e in entries {
@@ -62,7 +71,12 @@ fn testcase(out: &mut String, e: &ResultEntry) {
     let a = |s: &str| escape_xml(s, true);
     let t = |s: &str| escape_xml(s, false);
     let r = &e.result;
-    let _ = write!(out, "    <testcase name=\"{}\" classname=\"{}\"", a(&e.short_name()), a(&r.module));
+    let _ = write!(
+        out,
+        "    <testcase name=\"{}\" classname=\"{}\"",
+        a(&e.short_name()),
+        a(&r.module)
+    );
     let reason = e.expected_failure.as_deref().unwrap_or("");
     let body = match e.outcome {
         Outcome::Pass if r.detail.is_empty() => None,
@@ -84,10 +98,16 @@ fn testcase(out: &mut String, e: &ResultEntry) {
         )),
         Outcome::ExpectedFailure => Some(format!(
             "      <skipped message=\"{}\">{}</skipped>\n",
-            a(&format!("expected failure ({}): {reason}", verdict_name(r.verdict))),
+            a(&format!(
+                "expected failure ({}): {reason}",
+                verdict_name(r.verdict)
+            )),
             t(&with_context(e))
         )),
-        Outcome::Unsupported => Some(format!("      <skipped message=\"{}\"/>\n", a(&format!("unsupported: {}", r.detail)))),
+        Outcome::Unsupported => Some(format!(
+            "      <skipped message=\"{}\"/>\n",
+            a(&format!("unsupported: {}", r.detail))
+        )),
     };
     match body {
         None => out.push_str("/>\n"),

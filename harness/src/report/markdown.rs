@@ -1,6 +1,8 @@
 //! Markdown, for pull requests: deterministic, so it can be snapshot-tested.
 
-use super::{first_line, level_name, unmapped_clauses, Coverage, Outcome, Report, ResultEntry, Status};
+use super::{
+    first_line, level_name, unmapped_clauses, Coverage, Outcome, Report, ResultEntry, Status,
+};
 use crate::runner::Verdict;
 use crate::suite::{Level, SpecMap};
 use std::collections::BTreeMap;
@@ -20,8 +22,17 @@ pub(super) fn render(report: &Report, spec: &SpecMap) -> String {
 
 fn header(out: &mut String, report: &Report) {
     let imp = &report.implementation;
-    let _ = writeln!(out, "# Conformance report: {} {}\n", text(&imp.name), text(&imp.version));
-    let suites: Vec<String> = report.suites.iter().map(|s| format!("{} v{}", code(&s.module), s.version)).collect();
+    let _ = writeln!(
+        out,
+        "# Conformance report: {} {}\n",
+        text(&imp.name),
+        text(&imp.version)
+    );
+    let suites: Vec<String> = report
+        .suites
+        .iter()
+        .map(|s| format!("{} v{}", code(&s.module), s.version))
+        .collect();
     let mut can = Vec::new();
     if imp.capabilities.write {
         can.push("write");
@@ -33,8 +44,16 @@ fn header(out: &mut String, report: &Report) {
         out,
         "Harness {} · suites: {} · implementation: {}\n",
         text(&report.harness_version),
-        if suites.is_empty() { "none".to_owned() } else { suites.join(", ") },
-        if can.is_empty() { "neither writes nor reads".to_owned() } else { can.join(" and ") + "s" },
+        if suites.is_empty() {
+            "none".to_owned()
+        } else {
+            suites.join(", ")
+        },
+        if can.is_empty() {
+            "neither writes nor reads".to_owned()
+        } else {
+            can.join(" and ") + "s"
+        },
     );
     let s = &report.summary;
     if report.has_unexpected() {
@@ -43,7 +62,12 @@ fn header(out: &mut String, report: &Report) {
             .filter(|o| s.count(*o) > 0)
             .map(|o| format!("{} {}", s.count(o), o.name()))
             .collect();
-        let _ = writeln!(out, "**Result: {} unexpected** ({}).\n", s.unexpected(), parts.join(", "));
+        let _ = writeln!(
+            out,
+            "**Result: {} unexpected** ({}).\n",
+            s.unexpected(),
+            parts.join(", ")
+        );
     } else {
         let _ = writeln!(out, "**Result: nothing unexpected.**\n");
     }
@@ -55,14 +79,22 @@ fn summary(out: &mut String, report: &Report) {
     for o in Outcome::ALL {
         let _ = writeln!(out, "| {} | {} |", o.name(), s.count(o));
         if o == Outcome::Pass && s.pass_unnamed > 0 {
-            let _ = writeln!(out, "| … of which refused without naming a clause | {} |", s.pass_unnamed);
+            let _ = writeln!(
+                out,
+                "| … of which refused without naming a clause | {} |",
+                s.pass_unnamed
+            );
         }
     }
     let _ = writeln!(out, "| **total** | **{}** |\n", s.total);
 }
 
 fn unexpected(out: &mut String, report: &Report) {
-    let entries: Vec<&ResultEntry> = report.results.iter().filter(|e| e.outcome.is_unexpected()).collect();
+    let entries: Vec<&ResultEntry> = report
+        .results
+        .iter()
+        .filter(|e| e.outcome.is_unexpected())
+        .collect();
     if entries.is_empty() {
         return;
     }
@@ -72,9 +104,18 @@ fn unexpected(out: &mut String, report: &Report) {
         let _ = writeln!(out, "### {} — {}\n", code(&r.trial), e.outcome.name());
         let _ = writeln!(out, "{}\n", text(&r.title));
         let clauses: Vec<String> = r.clauses.iter().map(|c| code(c)).collect();
-        let _ = writeln!(out, "- kind: {}, clauses: {}", kind_name(e), clauses.join(", "));
+        let _ = writeln!(
+            out,
+            "- kind: {}, clauses: {}",
+            kind_name(e),
+            clauses.join(", ")
+        );
         if let Some(c) = &r.expected_clause {
-            let named = r.named_clause.as_deref().map(code).unwrap_or_else(|| "none".into());
+            let named = r
+                .named_clause
+                .as_deref()
+                .map(code)
+                .unwrap_or_else(|| "none".into());
             let _ = writeln!(out, "- a refusal must name {}; named: {named}", code(c));
         }
         if let Some(reason) = &e.expected_failure {
@@ -88,11 +129,17 @@ fn unexpected(out: &mut String, report: &Report) {
 }
 
 fn expected(out: &mut String, report: &Report) {
-    let entries: Vec<&ResultEntry> = report.results.iter().filter(|e| e.outcome == Outcome::ExpectedFailure).collect();
+    let entries: Vec<&ResultEntry> = report
+        .results
+        .iter()
+        .filter(|e| e.outcome == Outcome::ExpectedFailure)
+        .collect();
     if entries.is_empty() {
         return;
     }
-    out.push_str("## Expected failures\n\n| trial | verdict | reason | detail |\n|:--|:--|:--|:--|\n");
+    out.push_str(
+        "## Expected failures\n\n| trial | verdict | reason | detail |\n|:--|:--|:--|:--|\n",
+    );
     for e in entries {
         let _ = writeln!(
             out,
@@ -122,7 +169,11 @@ fn unnamed(out: &mut String, report: &Report) {
             out,
             "| {} | {} | {} |",
             code(&e.result.trial),
-            e.result.expected_clause.as_deref().map(code).unwrap_or_default(),
+            e.result
+                .expected_clause
+                .as_deref()
+                .map(code)
+                .unwrap_or_default(),
             cell(&first_line(&e.result.detail, 120)),
         );
     }
@@ -131,24 +182,40 @@ fn unnamed(out: &mut String, report: &Report) {
 
 fn unsupported(out: &mut String, report: &Report) {
     let mut groups: BTreeMap<(String, &str), usize> = BTreeMap::new();
-    for e in report.results.iter().filter(|e| e.outcome == Outcome::Unsupported) {
-        *groups.entry((e.result.direction.to_string(), e.result.detail.as_str())).or_default() += 1;
+    for e in report
+        .results
+        .iter()
+        .filter(|e| e.outcome == Outcome::Unsupported)
+    {
+        *groups
+            .entry((e.result.direction.to_string(), e.result.detail.as_str()))
+            .or_default() += 1;
     }
     if groups.is_empty() {
         return;
     }
     out.push_str("## Unsupported\n\n| direction | why | trials |\n|:--|:--|--:|\n");
     for ((direction, detail), n) in groups {
-        let _ = writeln!(out, "| {direction} | {} | {n} |", cell(&first_line(detail, 120)));
+        let _ = writeln!(
+            out,
+            "| {direction} | {} | {n} |",
+            cell(&first_line(detail, 120))
+        );
     }
     out.push('\n');
 }
 
 fn coverage(out: &mut String, report: &Report, spec: &SpecMap) {
     out.push_str("## Coverage\n\n");
-    let rows: Vec<(&String, Coverage)> = spec.iter().map(|(id, c)| (id, Coverage::of(&report.covering(id), Some(c)))).collect();
+    let rows: Vec<(&String, Coverage)> = spec
+        .iter()
+        .map(|(id, c)| (id, Coverage::of(&report.covering(id), Some(c))))
+        .collect();
     let count = |s: Status| rows.iter().filter(|(_, c)| c.status == s).count();
-    let must_uncovered = rows.iter().filter(|(id, c)| c.status == Status::Uncovered && spec[*id].level == Level::Must).count();
+    let must_uncovered = rows
+        .iter()
+        .filter(|(id, c)| c.status == Status::Uncovered && spec[*id].level == Level::Must)
+        .count();
     let _ = writeln!(
         out,
         "{} clauses: {} pass, {} partial, {} fail, {} unsupported, {} waived, {} not covered ({} of them *must*).\n",
@@ -173,14 +240,26 @@ fn coverage(out: &mut String, report: &Report, spec: &SpecMap) {
             (Some(w), Status::Waived) => format!("waived: {}", cell(w)),
             _ => cases_cell(&report.covering(id)),
         };
-        let _ = writeln!(out, "| {} | {} | {} | {} |", code(id), level_name(clause.level), status, cases);
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            code(id),
+            level_name(clause.level),
+            status,
+            cases
+        );
     }
     out.push('\n');
     let unmapped = unmapped_clauses([report], spec);
     if !unmapped.is_empty() {
         out.push_str("## Clauses not in the spec map\n\n");
         for id in unmapped {
-            let _ = writeln!(out, "- {}: {}", code(&id), cases_cell(&report.covering(&id)));
+            let _ = writeln!(
+                out,
+                "- {}: {}",
+                code(&id),
+                cases_cell(&report.covering(&id))
+            );
         }
         out.push('\n');
     }
@@ -190,18 +269,31 @@ fn coverage(out: &mut String, report: &Report, spec: &SpecMap) {
 fn cases_cell(entries: &[&ResultEntry]) -> String {
     let mut cases: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for e in entries {
-        cases.entry(e.case_name()).or_default().push(format!("{}: {}", e.result.direction, e.label()));
+        cases.entry(e.case_name()).or_default().push(format!(
+            "{}: {}",
+            e.result.direction,
+            e.label()
+        ));
     }
-    let parts: Vec<String> = cases.into_iter().map(|(case, dirs)| format!("{} ({})", code(&case), dirs.join(", "))).collect();
+    let parts: Vec<String> = cases
+        .into_iter()
+        .map(|(case, dirs)| format!("{} ({})", code(&case), dirs.join(", ")))
+        .collect();
     parts.join("; ")
 }
 
 fn kind_name(e: &ResultEntry) -> String {
-    serde_json::to_value(e.result.kind).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+    serde_json::to_value(e.result.kind)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
 }
 
 fn verdict_label(e: &ResultEntry) -> String {
-    serde_json::to_value(e.result.verdict).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+    serde_json::to_value(e.result.verdict)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
 }
 
 /// A fenced block longer than any run of backticks inside.
@@ -213,7 +305,11 @@ fn fenced(out: &mut String, body: &str) {
         longest = longest.max(run);
     }
     let fence = "`".repeat((longest + 1).max(3));
-    let _ = writeln!(out, "{fence}text\n{}\n{fence}\n", body.trim_end_matches('\n'));
+    let _ = writeln!(
+        out,
+        "{fence}text\n{}\n{fence}\n",
+        body.trim_end_matches('\n')
+    );
 }
 
 /// Inline code that survives a table cell.
@@ -233,5 +329,7 @@ fn cell(s: &str) -> String {
 
 /// Free text outside code: no raw HTML.
 fn text(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }

@@ -51,7 +51,10 @@ pub struct SuiteInfo {
 impl SuiteInfo {
     /// The module and version of a loaded suite.
     pub fn of(suite: &Suite) -> SuiteInfo {
-        SuiteInfo { module: suite.module.clone(), version: suite.version }
+        SuiteInfo {
+            module: suite.module.clone(),
+            version: suite.version,
+        }
     }
 }
 
@@ -122,7 +125,10 @@ impl Outcome {
 
     /// Whether this outcome makes a run fail (fail, error, unexpected pass).
     pub fn is_unexpected(self) -> bool {
-        matches!(self, Outcome::Fail | Outcome::Error | Outcome::UnexpectedPass)
+        matches!(
+            self,
+            Outcome::Fail | Outcome::Error | Outcome::UnexpectedPass
+        )
     }
 }
 
@@ -265,7 +271,10 @@ impl Expectations {
             if reason.trim().is_empty() {
                 return Err(format!("expectations: `{case}` has no reason"));
             }
-            if entries.insert(case.clone(), reason.trim().to_owned()).is_some() {
+            if entries
+                .insert(case.clone(), reason.trim().to_owned())
+                .is_some()
+            {
                 return Err(format!("expectations: `{case}` is listed twice"));
             }
         }
@@ -283,7 +292,11 @@ impl Expectations {
     pub fn reason(&self, trial: &str) -> Option<&str> {
         self.entries
             .get(trial)
-            .or_else(|| trial.rsplit_once("::").and_then(|(case, _)| self.entries.get(case)))
+            .or_else(|| {
+                trial
+                    .rsplit_once("::")
+                    .and_then(|(case, _)| self.entries.get(case))
+            })
             .map(String::as_str)
     }
 
@@ -296,7 +309,11 @@ impl Expectations {
                 known.insert(case);
             }
         }
-        self.entries.keys().filter(|k| !known.contains(k.as_str())).cloned().collect()
+        self.entries
+            .keys()
+            .filter(|k| !known.contains(k.as_str()))
+            .cloned()
+            .collect()
     }
 
     /// The entries, name -> reason, sorted by name.
@@ -333,22 +350,43 @@ pub struct Report {
 impl Report {
     /// Builds the report of a run: applies `expectations`, sorts the trials
     /// and counts the outcomes.
-    pub fn new(implementation: Description, mut suites: Vec<SuiteInfo>, results: Vec<TrialResult>, expectations: &Expectations) -> Report {
+    pub fn new(
+        implementation: Description,
+        mut suites: Vec<SuiteInfo>,
+        results: Vec<TrialResult>,
+        expectations: &Expectations,
+    ) -> Report {
         suites.sort();
         let mut results: Vec<ResultEntry> = results
             .into_iter()
             .map(|result| {
                 let expected_failure = expectations.reason(&result.trial).map(str::to_owned);
                 let outcome = Outcome::of(result.verdict, expected_failure.is_some());
-                ResultEntry { result, expected_failure, outcome }
+                ResultEntry {
+                    result,
+                    expected_failure,
+                    outcome,
+                }
             })
             .collect();
         results.sort_by(|a, b| {
-            let key = |e: &ResultEntry| (e.result.module.clone(), e.result.case.clone(), e.result.direction);
+            let key = |e: &ResultEntry| {
+                (
+                    e.result.module.clone(),
+                    e.result.case.clone(),
+                    e.result.direction,
+                )
+            };
             key(a).cmp(&key(b))
         });
         let summary = Summary::of(&results);
-        Report { harness_version: env!("CARGO_PKG_VERSION").to_owned(), suites, implementation, results, summary }
+        Report {
+            harness_version: env!("CARGO_PKG_VERSION").to_owned(),
+            suites,
+            implementation,
+            results,
+            summary,
+        }
     }
 
     /// Whether anything is unexpected (fail or error not expected, or an expected failure that passed).
@@ -358,12 +396,16 @@ impl Report {
 
     /// The trial names of the run (for [`Expectations::unknown`]).
     pub fn trials(&self) -> Vec<String> {
-        self.results.iter().map(|e| e.result.trial.clone()).collect()
+        self.results
+            .iter()
+            .map(|e| e.result.trial.clone())
+            .collect()
     }
 
     /// The report as pretty JSON.
     pub fn to_json(&self) -> String {
-        let mut text = serde_json::to_string_pretty(self).expect("a report is plain data and always serializes");
+        let mut text = serde_json::to_string_pretty(self)
+            .expect("a report is plain data and always serializes");
         text.push('\n');
         text
     }
@@ -402,13 +444,19 @@ impl Report {
         std::fs::write(dir.join("report.json"), self.to_json())?;
         std::fs::write(dir.join("junit.xml"), self.to_junit())?;
         std::fs::write(dir.join("report.md"), self.to_markdown(spec))?;
-        std::fs::write(dir.join("report.html"), Report::to_html(std::slice::from_ref(self), spec))?;
+        std::fs::write(
+            dir.join("report.html"),
+            Report::to_html(std::slice::from_ref(self), spec),
+        )?;
         Ok(())
     }
 
     /// The trials of cases that list `clause`.
     fn covering(&self, clause: &str) -> Vec<&ResultEntry> {
-        self.results.iter().filter(|e| e.result.clauses.iter().any(|c| c == clause)).collect()
+        self.results
+            .iter()
+            .filter(|e| e.result.clauses.iter().any(|c| c == clause))
+            .collect()
     }
 }
 
@@ -456,9 +504,15 @@ struct Coverage {
 
 impl Coverage {
     fn of(entries: &[&ResultEntry], clause: Option<&Clause>) -> Coverage {
-        let judged = entries.iter().filter(|e| e.result.verdict != Verdict::Unsupported).count();
+        let judged = entries
+            .iter()
+            .filter(|e| e.result.verdict != Verdict::Unsupported)
+            .count();
         let passed = entries.iter().filter(|e| e.result.verdict.passed()).count();
-        let expected = entries.iter().filter(|e| e.outcome == Outcome::ExpectedFailure).count();
+        let expected = entries
+            .iter()
+            .filter(|e| e.outcome == Outcome::ExpectedFailure)
+            .count();
         let status = if entries.is_empty() {
             if clause.is_some_and(|c| c.waiver.is_some()) {
                 Status::Waived
@@ -474,7 +528,12 @@ impl Coverage {
         } else {
             Status::Partial
         };
-        Coverage { status, passed, judged, expected }
+        Coverage {
+            status,
+            passed,
+            judged,
+            expected,
+        }
     }
 
     /// `pass 3/3`, `partial 2/3 (1 expected)`, `waived`, `not covered`.
@@ -501,7 +560,10 @@ fn level_name(level: Level) -> &'static str {
 }
 
 /// Clause ids the results refer to that the spec map does not have.
-fn unmapped_clauses<'a>(reports: impl IntoIterator<Item = &'a Report>, spec: &SpecMap) -> BTreeSet<String> {
+fn unmapped_clauses<'a>(
+    reports: impl IntoIterator<Item = &'a Report>,
+    spec: &SpecMap,
+) -> BTreeSet<String> {
     reports
         .into_iter()
         .flat_map(|r| r.results.iter())
@@ -536,7 +598,11 @@ fn escape_xml(text: &str, attribute: bool) -> String {
 
 /// The first line of a detail, shortened to `max` characters.
 fn first_line(text: &str, max: usize) -> String {
-    let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+    let line = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
     if line.chars().count() > max {
         let cut: String = line.chars().take(max.saturating_sub(1)).collect();
         format!("{cut}…")

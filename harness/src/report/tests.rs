@@ -2,7 +2,14 @@ use super::*;
 use crate::adapter::Capabilities;
 use crate::suite::{Direction, Kind};
 
-fn trial(case: &str, direction: Direction, kind: Kind, clauses: &[&str], verdict: Verdict, detail: &str) -> TrialResult {
+fn trial(
+    case: &str,
+    direction: Direction,
+    kind: Kind,
+    clauses: &[&str],
+    verdict: Verdict,
+    detail: &str,
+) -> TrialResult {
     TrialResult {
         trial: crate::runner::trial_name("collection", case, direction),
         module: "collection".into(),
@@ -32,13 +39,55 @@ fn results() -> Vec<TrialResult> {
     unnamed.expected_clause = Some("b.unnamed".into());
     vec![
         // Deliberately out of order: the report sorts.
-        trial("values-differ", Direction::Read, Kind::RoundTrip, &["a.pass", "c.fail"], Verdict::Fail, FAIL_DETAIL),
-        trial("basic", Direction::Write, Kind::RoundTrip, &["a.pass"], Verdict::Pass, ""),
+        trial(
+            "values-differ",
+            Direction::Read,
+            Kind::RoundTrip,
+            &["a.pass", "c.fail"],
+            Verdict::Fail,
+            FAIL_DETAIL,
+        ),
+        trial(
+            "basic",
+            Direction::Write,
+            Kind::RoundTrip,
+            &["a.pass"],
+            Verdict::Pass,
+            "",
+        ),
         unnamed,
-        trial("crashes", Direction::Read, Kind::ReadRefusal, &["c.fail"], Verdict::Error, "process exited: signal 11"),
-        trial("basic", Direction::Golden, Kind::RoundTrip, &["a.pass"], Verdict::Unsupported, "does not read"),
-        trial("known-bad", Direction::Write, Kind::RoundTrip, &["g.known", "z.unmapped"], Verdict::Fail, "wrote garbage"),
-        trial("fixed-now", Direction::Read, Kind::RoundTrip, &["g.known"], Verdict::Pass, ""),
+        trial(
+            "crashes",
+            Direction::Read,
+            Kind::ReadRefusal,
+            &["c.fail"],
+            Verdict::Error,
+            "process exited: signal 11",
+        ),
+        trial(
+            "basic",
+            Direction::Golden,
+            Kind::RoundTrip,
+            &["a.pass"],
+            Verdict::Unsupported,
+            "does not read",
+        ),
+        trial(
+            "known-bad",
+            Direction::Write,
+            Kind::RoundTrip,
+            &["g.known", "z.unmapped"],
+            Verdict::Fail,
+            "wrote garbage",
+        ),
+        trial(
+            "fixed-now",
+            Direction::Read,
+            Kind::RoundTrip,
+            &["g.known"],
+            Verdict::Pass,
+            "",
+        ),
     ]
 }
 
@@ -54,49 +103,151 @@ reason = "was broken"
 "#;
 
 fn description() -> Description {
-    Description { name: "test-impl".into(), version: "1.2.3".into(), capabilities: Capabilities { write: true, read: true } }
+    Description {
+        name: "test-impl".into(),
+        version: "1.2.3".into(),
+        capabilities: Capabilities {
+            write: true,
+            read: true,
+        },
+    }
 }
 
 fn report() -> Report {
     let expectations = Expectations::parse(EXPECTATIONS).unwrap();
-    let mut report =
-        Report::new(description(), vec![SuiteInfo { module: "collection".into(), version: 1 }], results(), &expectations);
+    let mut report = Report::new(
+        description(),
+        vec![SuiteInfo {
+            module: "collection".into(),
+            version: 1,
+        }],
+        results(),
+        &expectations,
+    );
     report.harness_version = "test".into();
     report
 }
 
 fn clause(source: &str, level: Level, text: &str, waiver: Option<&str>) -> Clause {
-    Clause { source: source.into(), level, text: text.into(), waiver: waiver.map(str::to_owned) }
+    Clause {
+        source: source.into(),
+        level,
+        text: text.into(),
+        waiver: waiver.map(str::to_owned),
+    }
 }
 
 fn spec() -> SpecMap {
     let mut spec = SpecMap::new();
-    spec.insert("a.pass".into(), clause("001 collection §1", Level::Must, "Round trips keep values.", None));
-    spec.insert("b.unnamed".into(), clause("001 collection §1", Level::Must, "Units are required.", None));
-    spec.insert("c.fail".into(), clause("000 LMDB binding §2", Level::Should, "Readers refuse <bad> & broken files.", None));
-    spec.insert("d.waived".into(), clause("000 LMDB binding §2", Level::Must, "Map size is large.", Some("not observable")));
-    spec.insert("e.uncovered".into(), clause("000 LMDB binding §3", Level::Must, "Keys are big-endian.", None));
-    spec.insert("f.optional".into(), clause("000 LMDB binding §3", Level::May, "A reader may cache.", None));
-    spec.insert("g.known".into(), clause("001 collection §2", Level::Must, "Blocks are written.", None));
+    spec.insert(
+        "a.pass".into(),
+        clause(
+            "001 collection §1",
+            Level::Must,
+            "Round trips keep values.",
+            None,
+        ),
+    );
+    spec.insert(
+        "b.unnamed".into(),
+        clause(
+            "001 collection §1",
+            Level::Must,
+            "Units are required.",
+            None,
+        ),
+    );
+    spec.insert(
+        "c.fail".into(),
+        clause(
+            "000 LMDB binding §2",
+            Level::Should,
+            "Readers refuse <bad> & broken files.",
+            None,
+        ),
+    );
+    spec.insert(
+        "d.waived".into(),
+        clause(
+            "000 LMDB binding §2",
+            Level::Must,
+            "Map size is large.",
+            Some("not observable"),
+        ),
+    );
+    spec.insert(
+        "e.uncovered".into(),
+        clause(
+            "000 LMDB binding §3",
+            Level::Must,
+            "Keys are big-endian.",
+            None,
+        ),
+    );
+    spec.insert(
+        "f.optional".into(),
+        clause(
+            "000 LMDB binding §3",
+            Level::May,
+            "A reader may cache.",
+            None,
+        ),
+    );
+    spec.insert(
+        "g.known".into(),
+        clause(
+            "001 collection §2",
+            Level::Must,
+            "Blocks are written.",
+            None,
+        ),
+    );
     spec
 }
 
 fn outcome_of(report: &Report, trial: &str) -> Outcome {
-    report.results.iter().find(|e| e.result.trial == trial).unwrap().outcome
+    report
+        .results
+        .iter()
+        .find(|e| e.result.trial == trial)
+        .unwrap()
+        .outcome
 }
 
 #[test]
 fn outcomes_and_counts() {
     let r = report();
     assert_eq!(outcome_of(&r, "collection::basic::write"), Outcome::Pass);
-    assert_eq!(outcome_of(&r, "collection::refusal-unnamed::write"), Outcome::Pass);
-    assert_eq!(outcome_of(&r, "collection::values-differ::read"), Outcome::Fail);
+    assert_eq!(
+        outcome_of(&r, "collection::refusal-unnamed::write"),
+        Outcome::Pass
+    );
+    assert_eq!(
+        outcome_of(&r, "collection::values-differ::read"),
+        Outcome::Fail
+    );
     assert_eq!(outcome_of(&r, "collection::crashes::read"), Outcome::Error);
-    assert_eq!(outcome_of(&r, "collection::basic::golden"), Outcome::Unsupported);
-    assert_eq!(outcome_of(&r, "collection::known-bad::write"), Outcome::ExpectedFailure);
-    assert_eq!(outcome_of(&r, "collection::fixed-now::read"), Outcome::UnexpectedPass);
-    let known = r.results.iter().find(|e| e.result.case == "known-bad").unwrap();
-    assert_eq!(known.expected_failure.as_deref(), Some("does not write <blocks> & such yet"));
+    assert_eq!(
+        outcome_of(&r, "collection::basic::golden"),
+        Outcome::Unsupported
+    );
+    assert_eq!(
+        outcome_of(&r, "collection::known-bad::write"),
+        Outcome::ExpectedFailure
+    );
+    assert_eq!(
+        outcome_of(&r, "collection::fixed-now::read"),
+        Outcome::UnexpectedPass
+    );
+    let known = r
+        .results
+        .iter()
+        .find(|e| e.result.case == "known-bad")
+        .unwrap();
+    assert_eq!(
+        known.expected_failure.as_deref(),
+        Some("does not write <blocks> & such yet")
+    );
     assert_eq!(
         r.summary,
         Summary {
@@ -129,15 +280,23 @@ fn outcomes_and_counts() {
 #[test]
 fn unexpected_only_for_fail_error_and_unexpected_pass() {
     assert!(report().has_unexpected());
-    let quiet: Vec<TrialResult> =
-        results().into_iter().filter(|t| !matches!(t.case.as_str(), "values-differ" | "crashes" | "fixed-now")).collect();
+    let quiet: Vec<TrialResult> = results()
+        .into_iter()
+        .filter(|t| !matches!(t.case.as_str(), "values-differ" | "crashes" | "fixed-now"))
+        .collect();
     let expectations = Expectations::parse(EXPECTATIONS).unwrap();
     let r = Report::new(description(), vec![], quiet, &expectations);
     assert!(!r.has_unexpected(), "{:?}", r.summary);
     // An expected error is an expected failure; an expected unsupported stays unsupported.
     assert_eq!(Outcome::of(Verdict::Error, true), Outcome::ExpectedFailure);
-    assert_eq!(Outcome::of(Verdict::Unsupported, true), Outcome::Unsupported);
-    assert_eq!(Outcome::of(Verdict::PassUnnamed, true), Outcome::UnexpectedPass);
+    assert_eq!(
+        Outcome::of(Verdict::Unsupported, true),
+        Outcome::Unsupported
+    );
+    assert_eq!(
+        Outcome::of(Verdict::PassUnnamed, true),
+        Outcome::UnexpectedPass
+    );
 }
 
 #[test]
@@ -160,8 +319,14 @@ fn json_round_trips_and_is_flat() {
 fn expectations_parse() {
     let e = Expectations::parse(EXPECTATIONS).unwrap();
     assert_eq!(e.len(), 2);
-    assert_eq!(e.reason("collection::known-bad::write"), Some("does not write <blocks> & such yet"));
-    assert_eq!(e.reason("collection::known-bad::read"), Some("does not write <blocks> & such yet"));
+    assert_eq!(
+        e.reason("collection::known-bad::write"),
+        Some("does not write <blocks> & such yet")
+    );
+    assert_eq!(
+        e.reason("collection::known-bad::read"),
+        Some("does not write <blocks> & such yet")
+    );
     assert_eq!(e.reason("collection::fixed-now::read"), Some("was broken"));
     assert_eq!(e.reason("collection::fixed-now::write"), None);
     assert_eq!(e.reason("collection::known-bad-2::write"), None);
@@ -180,12 +345,27 @@ fn expectations_parse() {
         assert!(err.contains(needle), "{err}");
     };
     refused("[[expected-failure]]\ncase = \"m::c\"\n", "reason");
-    refused("[[expected-failure]]\ncase = \"m::c\"\nreason = \"  \"\n", "no reason");
+    refused(
+        "[[expected-failure]]\ncase = \"m::c\"\nreason = \"  \"\n",
+        "no reason",
+    );
     refused("[[expected-failure]]\ncase = \"m::c\"\nreason = \"a\"\n[[expected-failure]]\ncase = \"m::c\"\nreason = \"b\"\n", "twice");
-    refused("[[expected-failure]]\ncase = \"m::c\"\nreason = \"a\"\nwhy = \"b\"\n", "why");
-    refused("[[expected_failure]]\ncase = \"m::c\"\nreason = \"a\"\n", "expected_failure");
-    refused("[[expected-failure]]\ncase = \"just-a-case\"\nreason = \"a\"\n", "neither");
-    refused("[[expected-failure]]\ncase = \"m::::read\"\nreason = \"a\"\n", "neither");
+    refused(
+        "[[expected-failure]]\ncase = \"m::c\"\nreason = \"a\"\nwhy = \"b\"\n",
+        "why",
+    );
+    refused(
+        "[[expected_failure]]\ncase = \"m::c\"\nreason = \"a\"\n",
+        "expected_failure",
+    );
+    refused(
+        "[[expected-failure]]\ncase = \"just-a-case\"\nreason = \"a\"\n",
+        "neither",
+    );
+    refused(
+        "[[expected-failure]]\ncase = \"m::::read\"\nreason = \"a\"\n",
+        "neither",
+    );
     refused("not toml at all", "expectations");
 }
 
@@ -200,14 +380,26 @@ fn expectations_unknown() {
     )
     .unwrap();
     let trials = report().trials();
-    assert_eq!(e.unknown(&trials), ["collection::basic::read", "collection::gone", "other::basic"]);
-    assert!(Expectations::parse(EXPECTATIONS).unwrap().unknown(&trials).is_empty());
+    assert_eq!(
+        e.unknown(&trials),
+        [
+            "collection::basic::read",
+            "collection::gone",
+            "other::basic"
+        ]
+    );
+    assert!(Expectations::parse(EXPECTATIONS)
+        .unwrap()
+        .unknown(&trials)
+        .is_empty());
 }
 
 /// Checks that `xml` is well formed enough: tags balance, attributes are
 /// quoted, and no raw `<` or `&` (outside an entity) is in text or values.
 fn check_xml(xml: &str) -> Vec<String> {
-    let body = xml.strip_prefix("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n").expect("xml declaration");
+    let body = xml
+        .strip_prefix("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n")
+        .expect("xml declaration");
     let mut stack: Vec<String> = Vec::new();
     let mut rest = body;
     let mut roots = 0;
@@ -242,21 +434,33 @@ fn check_text(text: &str) {
     for (i, _) in text.match_indices('&') {
         let entity = &text[i..text[i..].find(';').map_or(text.len(), |j| i + j + 1)];
         assert!(
-            ["&amp;", "&lt;", "&gt;", "&quot;", "&#39;", "&#10;", "&#13;", "&#9;"].contains(&entity),
+            ["&amp;", "&lt;", "&gt;", "&quot;", "&#39;", "&#10;", "&#13;", "&#9;"]
+                .contains(&entity),
             "bad entity {entity}"
         );
     }
-    assert!(!text.contains('>') || text.trim().is_empty(), "raw > in text: {text}");
+    assert!(
+        !text.contains('>') || text.trim().is_empty(),
+        "raw > in text: {text}"
+    );
 }
 
 fn check_attributes(attrs: &str) {
     let mut rest = attrs.trim();
     while !rest.is_empty() {
-        let (name, value) = rest.split_once("=\"").expect("attribute without a quoted value");
-        assert!(!name.trim().is_empty() && !name.contains(' '), "attribute name {name:?}");
+        let (name, value) = rest
+            .split_once("=\"")
+            .expect("attribute without a quoted value");
+        assert!(
+            !name.trim().is_empty() && !name.contains(' '),
+            "attribute name {name:?}"
+        );
         let end = value.find('"').expect("unterminated attribute");
         let value = &value[..end];
-        assert!(!value.contains('\n') && !value.contains('<'), "raw newline or < in attribute {value:?}");
+        assert!(
+            !value.contains('\n') && !value.contains('<'),
+            "raw newline or < in attribute {value:?}"
+        );
         check_text(value);
         rest = rest[name.len() + 2 + end + 1..].trim_start();
     }
@@ -269,14 +473,20 @@ fn junit_is_well_formed_and_escaped() {
     assert!(xml.contains(
         "<testsuites name=\"molrec conformance: test-impl 1.2.3\" tests=\"7\" failures=\"2\" errors=\"1\" skipped=\"2\">"
     ));
-    assert!(xml.contains("<testsuite name=\"collection\" tests=\"7\" failures=\"2\" errors=\"1\" skipped=\"2\">"));
+    assert!(xml.contains(
+        "<testsuite name=\"collection\" tests=\"7\" failures=\"2\" errors=\"1\" skipped=\"2\">"
+    ));
     assert!(xml.contains("<testcase name=\"basic::write\" classname=\"collection\"/>"));
-    assert!(xml.contains("<failure type=\"fail\" message=\"read back differs from the fixture in 1 place(s):\">"));
+    assert!(xml.contains(
+        "<failure type=\"fail\" message=\"read back differs from the fixture in 1 place(s):\">"
+    ));
     assert!(xml.contains("expected &lt;&amp;&gt;, got &quot;y&quot;"));
     assert!(xml.contains("<error type=\"error\" message=\"process exited: signal 11\">"));
     assert!(xml.contains("<skipped message=\"unsupported: does not read\"/>"));
     assert!(xml.contains("<skipped message=\"expected failure (fail): does not write &lt;blocks&gt; &amp; such yet\">"));
-    assert!(xml.contains("<failure type=\"unexpected-pass\" message=\"passed, but expected to fail: was broken\">"));
+    assert!(xml.contains(
+        "<failure type=\"unexpected-pass\" message=\"passed, but expected to fail: was broken\">"
+    ));
     assert!(xml.contains("<system-out>refused without naming a clause: units missing</system-out>"));
     assert!(xml.contains("<property name=\"suite.version\" value=\"1\"/>"));
     assert_eq!(xml.matches("<testcase ").count(), 7);
@@ -289,7 +499,10 @@ fn junit_escapes_control_characters_and_line_breaks_in_attributes() {
     let r = Report::new(description(), vec![], results, &Expectations::default());
     let xml = r.to_junit();
     check_xml(&xml);
-    assert!(xml.contains("message=\"bad\u{FFFD}byte &quot;q&quot; &#39;a&#39;\""), "{xml}");
+    assert!(
+        xml.contains("message=\"bad\u{FFFD}byte &quot;q&quot; &#39;a&#39;\""),
+        "{xml}"
+    );
     assert!(!xml.contains('\u{1}'));
 }
 
@@ -312,7 +525,12 @@ fn markdown_has_summary_failures_and_coverage() {
     assert!(md.contains("- expected to fail: was broken"));
     // Coverage: every clause, sorted, with its level and outcome.
     let coverage = md.split("## Coverage").nth(1).unwrap();
-    let row = |id: &str| coverage.lines().find(|l| l.starts_with(&format!("| `{id}` |"))).unwrap_or_else(|| panic!("no row {id}"));
+    let row = |id: &str| {
+        coverage
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{id}` |")))
+            .unwrap_or_else(|| panic!("no row {id}"))
+    };
     assert_eq!(
         row("a.pass"),
         "| `a.pass` | must | **partial 1/2** | `collection::basic` (write: pass, golden: unsupported); `collection::values-differ` (read: fail) |"
@@ -322,21 +540,50 @@ fn markdown_has_summary_failures_and_coverage() {
         row("c.fail"),
         "| `c.fail` | should | **fail 0/2** | `collection::crashes` (read: error); `collection::values-differ` (read: fail) |"
     );
-    assert_eq!(row("d.waived"), "| `d.waived` | must | waived | waived: not observable |");
-    assert_eq!(row("e.uncovered"), "| `e.uncovered` | must | **NOT COVERED** |  |");
+    assert_eq!(
+        row("d.waived"),
+        "| `d.waived` | must | waived | waived: not observable |"
+    );
+    assert_eq!(
+        row("e.uncovered"),
+        "| `e.uncovered` | must | **NOT COVERED** |  |"
+    );
     assert_eq!(row("f.optional"), "| `f.optional` | may | not covered |  |");
     assert_eq!(
         row("g.known"),
         "| `g.known` | must | **partial 1/2 (1 expected)** | `collection::fixed-now` (read: unexpected pass); `collection::known-bad` (write: expected failure) |"
     );
-    let ids: Vec<&str> = coverage.lines().filter_map(|l| l.strip_prefix("| `")).map(|l| &l[..l.find('`').unwrap()]).collect();
-    assert_eq!(ids, ["a.pass", "b.unnamed", "c.fail", "d.waived", "e.uncovered", "f.optional", "g.known"]);
+    let ids: Vec<&str> = coverage
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .map(|l| &l[..l.find('`').unwrap()])
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "a.pass",
+            "b.unnamed",
+            "c.fail",
+            "d.waived",
+            "e.uncovered",
+            "f.optional",
+            "g.known"
+        ]
+    );
     assert!(md.contains("## Clauses not in the spec map\n\n- `z.unmapped`: `collection::known-bad` (write: expected failure)\n"));
     assert!(md.contains("7 clauses: 1 pass, 2 partial, 1 fail, 0 unsupported, 1 waived, 2 not covered (1 of them *must*)."));
     // Deterministic: the same results in another order give the same text.
     let mut shuffled = results();
     shuffled.reverse();
-    let mut again = Report::new(description(), vec![SuiteInfo { module: "collection".into(), version: 1 }], shuffled, &Expectations::parse(EXPECTATIONS).unwrap());
+    let mut again = Report::new(
+        description(),
+        vec![SuiteInfo {
+            module: "collection".into(),
+            version: 1,
+        }],
+        shuffled,
+        &Expectations::parse(EXPECTATIONS).unwrap(),
+    );
     again.harness_version = "test".into();
     assert_eq!(again.to_markdown(&spec()), md);
 }
@@ -348,7 +595,15 @@ fn markdown_snapshot() {
 
 #[test]
 fn markdown_when_all_is_well() {
-    let r = Report::new(description(), vec![], results().into_iter().filter(|t| t.verdict.passed() && t.case != "fixed-now").collect(), &Expectations::default());
+    let r = Report::new(
+        description(),
+        vec![],
+        results()
+            .into_iter()
+            .filter(|t| t.verdict.passed() && t.case != "fixed-now")
+            .collect(),
+        &Expectations::default(),
+    );
     let md = r.to_markdown(&spec());
     assert!(md.contains("**Result: nothing unexpected.**"));
     assert!(!md.contains("## Unexpected results"));
@@ -365,7 +620,15 @@ fn html_is_self_contained_and_escaped() {
         }
         let mut imp = description();
         imp.name = "other <impl>".into();
-        Report::new(imp, vec![SuiteInfo { module: "collection".into(), version: 1 }], results, &Expectations::default())
+        Report::new(
+            imp,
+            vec![SuiteInfo {
+                module: "collection".into(),
+                version: 1,
+            }],
+            results,
+            &Expectations::default(),
+        )
     };
     let page = Report::to_html(&[report(), other], &spec());
     assert!(page.starts_with("<!DOCTYPE html>"));
@@ -378,18 +641,37 @@ fn html_is_self_contained_and_escaped() {
     assert!(page.contains("expected &lt;&amp;&gt;, got &quot;y&quot;"));
     // Every clause has a row, inside a group per source section.
     for id in spec().keys() {
-        assert!(page.contains(&format!("<details class=\"clause\" id=\"clause-{id}\"")), "{id}");
+        assert!(
+            page.contains(&format!("<details class=\"clause\" id=\"clause-{id}\"")),
+            "{id}"
+        );
     }
     assert!(page.contains("<details class=\"clause\" id=\"clause-z.unmapped\""));
-    for source in ["000 LMDB binding §2", "000 LMDB binding §3", "001 collection §1", "001 collection §2", "Not in the spec map"] {
-        assert!(page.contains(&format!("<span class=\"src\">{source}</span>")), "{source}");
+    for source in [
+        "000 LMDB binding §2",
+        "000 LMDB binding §3",
+        "001 collection §1",
+        "001 collection §2",
+        "Not in the spec map",
+    ] {
+        assert!(
+            page.contains(&format!("<span class=\"src\">{source}</span>")),
+            "{source}"
+        );
     }
     assert!(page.contains("NOT COVERED"));
     assert!(page.contains("class=\"cell s-partial\""));
     assert!(page.contains("class=\"cell s-waived\""));
-    for tag in ["details", "summary", "section", "table", "div", "pre", "tr", "td"] {
-        let opened = page.matches(&format!("<{tag}>")).count() + page.matches(&format!("<{tag} ")).count();
-        assert_eq!(opened, page.matches(&format!("</{tag}>")).count(), "<{tag}> unbalanced");
+    for tag in [
+        "details", "summary", "section", "table", "div", "pre", "tr", "td",
+    ] {
+        let opened =
+            page.matches(&format!("<{tag}>")).count() + page.matches(&format!("<{tag} ")).count();
+        assert_eq!(
+            opened,
+            page.matches(&format!("</{tag}>")).count(),
+            "<{tag}> unbalanced"
+        );
     }
 }
 
@@ -402,7 +684,8 @@ fn write_all_writes_four_files() {
         let text = std::fs::read_to_string(dir.join(name)).unwrap();
         assert!(!text.is_empty(), "{name}");
     }
-    let back = Report::from_json(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    let back =
+        Report::from_json(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
     assert_eq!(back, report());
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -57,7 +57,11 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Write { model, out, overwrite } => write(&model, &out, overwrite),
+        Command::Write {
+            model,
+            out,
+            overwrite,
+        } => write(&model, &out, overwrite),
         Command::Dump { file } => dump(&file),
         Command::Info { file } => info(&file),
         Command::Validate { file } => return validate(&file),
@@ -91,13 +95,21 @@ fn read_model(model: &Path) -> Result<String, Error> {
 
 fn write(model: &Path, out: &Path, overwrite: bool) -> Result<(), Error> {
     let collection = collection_from_str(&read_model(model)?)?;
-    write_collection(out, collection, WriterOptions { overwrite, ..WriterOptions::default() })
+    write_collection(
+        out,
+        collection,
+        WriterOptions {
+            overwrite,
+            ..WriterOptions::default()
+        },
+    )
 }
 
 fn dump(file: &Path) -> Result<(), Error> {
     let collection = Reader::open(file)?.read_collection()?;
     let mut out = std::io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, &collection_to_json(&collection)).map_err(|e| Error::Io(e.into()))?;
+    serde_json::to_writer_pretty(&mut out, &collection_to_json(&collection))
+        .map_err(|e| Error::Io(e.into()))?;
     writeln!(out)?;
     Ok(())
 }
@@ -105,23 +117,68 @@ fn dump(file: &Path) -> Result<(), Error> {
 fn info(file: &Path) -> Result<(), Error> {
     let reader = Reader::open(file)?;
     let size = std::fs::metadata(file)?.len();
-    let units = reader.collection_meta().get("units").cloned().unwrap_or(Value::Null);
+    let units = reader
+        .collection_meta()
+        .get("units")
+        .cloned()
+        .unwrap_or(Value::Null);
     let schema = reader.schema();
     let blocks: Vec<String> = schema
         .blocks
         .iter()
-        .map(|(name, b)| format!("{name}({})", b.columns.keys().cloned().collect::<Vec<_>>().join(", ")))
+        .map(|(name, b)| {
+            format!(
+                "{name}({})",
+                b.columns.keys().cloned().collect::<Vec<_>>().join(", ")
+            )
+        })
         .collect();
-    let meta: Vec<String> = schema.meta.iter().map(|(k, d)| format!("{k}:{}", d.tag.name())).collect();
-    let index: Vec<String> = reader.index_columns()?.iter().map(|(k, c)| format!("{k}:{}", c.dtype())).collect();
+    let meta: Vec<String> = schema
+        .meta
+        .iter()
+        .map(|(k, d)| format!("{k}:{}", d.tag.name()))
+        .collect();
+    let index: Vec<String> = reader
+        .index_columns()?
+        .iter()
+        .map(|(k, c)| format!("{k}:{}", c.dtype()))
+        .collect();
     println!("file          {} ({size} bytes)", file.display());
     println!("records       {}", reader.n_records());
     println!("frames        {}", reader.n_frames());
     println!("units         {units}");
-    println!("blocks        {}", if blocks.is_empty() { "-".into() } else { blocks.join("; ") });
-    println!("step meta     {}", if meta.is_empty() { "-".into() } else { meta.join(", ") });
-    println!("own index     {}", if index.is_empty() { "-".into() } else { index.join(", ") });
-    println!("force field   {}", if reader.forcefield()?.is_some() { "yes" } else { "no" });
+    println!(
+        "blocks        {}",
+        if blocks.is_empty() {
+            "-".into()
+        } else {
+            blocks.join("; ")
+        }
+    );
+    println!(
+        "step meta     {}",
+        if meta.is_empty() {
+            "-".into()
+        } else {
+            meta.join(", ")
+        }
+    );
+    println!(
+        "own index     {}",
+        if index.is_empty() {
+            "-".into()
+        } else {
+            index.join(", ")
+        }
+    );
+    println!(
+        "force field   {}",
+        if reader.forcefield()?.is_some() {
+            "yes"
+        } else {
+            "no"
+        }
+    );
     Ok(())
 }
 
@@ -153,14 +210,23 @@ fn validate(file: &Path) -> ExitCode {
         Err(e) => violations.push(e),
     }
     if violations.is_empty() {
-        println!("{}: conforms ({} records, {} frames)", file.display(), reader.n_records(), reader.n_frames());
+        println!(
+            "{}: conforms ({} records, {} frames)",
+            file.display(),
+            reader.n_records(),
+            reader.n_frames()
+        );
         return ExitCode::SUCCESS;
     }
     for v in &violations {
         eprintln!("{v}");
     }
     eprintln!("{}: {} violation(s)", file.display(), violations.len());
-    violations.iter().map(exit_code).max_by_key(|c| format!("{c:?}")).unwrap_or(ExitCode::from(1))
+    violations
+        .iter()
+        .map(exit_code)
+        .max_by_key(|c| format!("{c:?}"))
+        .unwrap_or(ExitCode::from(1))
 }
 
 /// The harness protocol: a greeting, then one answer per request line.
@@ -187,13 +253,24 @@ fn adapter() -> Result<(), Error> {
             }
         };
         let id = request.get("id").cloned().unwrap_or(Value::Null);
-        let path = request.get("path").and_then(Value::as_str).map(PathBuf::from);
+        let path = request
+            .get("path")
+            .and_then(Value::as_str)
+            .map(PathBuf::from);
         let answer = match (request.get("op").and_then(Value::as_str), path) {
             (Some("bye"), _) => break,
             (Some("write"), Some(path)) => {
                 let collection = request.get("collection").cloned().unwrap_or(Value::Null);
-                let result = molrec::model_json::collection_from_json(&collection)
-                    .and_then(|c| write_collection(&path, c, WriterOptions { overwrite: true, ..WriterOptions::default() }));
+                let result = molrec::model_json::collection_from_json(&collection).and_then(|c| {
+                    write_collection(
+                        &path,
+                        c,
+                        WriterOptions {
+                            overwrite: true,
+                            ..WriterOptions::default()
+                        },
+                    )
+                });
                 answer(id, result.map(|()| None))
             }
             (Some("read"), Some(path)) => {

@@ -79,10 +79,13 @@ pub(crate) fn open_read_env(path: &Path) -> Result<(Env<WithoutTls>, bool)> {
     match open(EnvFlags::NO_SUB_DIR | EnvFlags::READ_ONLY) {
         Ok(env) => Ok((env, false)),
         Err(heed::Error::Io(e))
-            if matches!(e.kind(), std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem)
-                || e.raw_os_error() == Some(30) =>
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+            ) || e.raw_os_error() == Some(30) =>
         {
-            let env = open(EnvFlags::NO_SUB_DIR | EnvFlags::READ_ONLY | EnvFlags::NO_LOCK).map_err(lmdb_error)?;
+            let env = open(EnvFlags::NO_SUB_DIR | EnvFlags::READ_ONLY | EnvFlags::NO_LOCK)
+                .map_err(lmdb_error)?;
             Ok((env, true))
         }
         Err(e) => Err(lmdb_error(e)),

@@ -2,7 +2,10 @@
 //! read on demand, its frames resolved by carry-forward and checked against
 //! the declaration and the model rules.
 
-use super::{frame_key, lmdb_error, open_read_env, record_key, system_key, Db, FF_KEY, INDEX_KEY, LAYOUT, LAYOUT_VERSION, META_KEY};
+use super::{
+    frame_key, lmdb_error, open_read_env, record_key, system_key, Db, FF_KEY, INDEX_KEY, LAYOUT,
+    LAYOUT_VERSION, META_KEY,
+};
 use crate::clause::Clause;
 use crate::error::{refuse, Error, Result};
 use crate::frame_bytes::{decode, BlockRef, FrameRef};
@@ -38,15 +41,30 @@ impl Reader {
             .open_database(&txn, None)
             .map_err(lmdb_error)?
             .ok_or(Error::Uncommitted)?;
-        let meta = db.get(&txn, META_KEY).map_err(lmdb_error)?.ok_or(Error::Uncommitted)?;
+        let meta = db
+            .get(&txn, META_KEY)
+            .map_err(lmdb_error)?
+            .ok_or(Error::Uncommitted)?;
         let (collection, schema, n_records, n_frames) = parse_meta(meta)?;
         let index = db
             .get(&txn, INDEX_KEY)
             .map_err(lmdb_error)?
             .ok_or_else(|| Error::refused(Clause::IndexCount, "index", "no `index` key"))?;
-        let (first_frame, frame_counts, atom_counts, has_trajectory) = parse_index(index, n_records, n_frames)?;
+        let (first_frame, frame_counts, atom_counts, has_trajectory) =
+            parse_index(index, n_records, n_frames)?;
         drop(txn);
-        Ok(Reader { env, db, no_lock, collection, schema, n_frames, first_frame, frame_counts, atom_counts, has_trajectory })
+        Ok(Reader {
+            env,
+            db,
+            no_lock,
+            collection,
+            schema,
+            n_frames,
+            first_frame,
+            frame_counts,
+            atom_counts,
+            has_trajectory,
+        })
     }
 
     /// Whether the file was opened without LMDB's lock file (read-only medium).
@@ -91,7 +109,10 @@ impl Reader {
 
     /// Opens a read transaction; views borrowed from it stay valid while it lives.
     pub fn txn(&self) -> Result<RecordTxn<'_>> {
-        Ok(RecordTxn { reader: self, txn: self.env.read_txn().map_err(lmdb_error)? })
+        Ok(RecordTxn {
+            reader: self,
+            txn: self.env.read_txn().map_err(lmdb_error)?,
+        })
     }
 
     /// The collection's own index columns, as written.
@@ -141,21 +162,37 @@ impl<'r> RecordTxn<'r> {
 
     fn check_record(&self, r: u64) -> Result<(u64, u64)> {
         let i = r as usize;
-        match (self.reader.first_frame.get(i), self.reader.frame_counts.get(i)) {
+        match (
+            self.reader.first_frame.get(i),
+            self.reader.frame_counts.get(i),
+        ) {
             (Some(&first), Some(&n)) => Ok((first, n)),
-            _ => Err(Error::refused(Clause::IndexCount, format!("records[{r}]"), format!("no record {r}: the collection has {}", self.reader.n_records()))),
+            _ => Err(Error::refused(
+                Clause::IndexCount,
+                format!("records[{r}]"),
+                format!(
+                    "no record {r}: the collection has {}",
+                    self.reader.n_records()
+                ),
+            )),
         }
     }
 
     /// The collection's own index columns, as written.
     pub fn index_columns(&self) -> Result<BTreeMap<String, Column>> {
-        let value = self.get(INDEX_KEY)?.ok_or_else(|| Error::refused(Clause::IndexCount, "index", "no `index` key"))?;
+        let value = self
+            .get(INDEX_KEY)?
+            .ok_or_else(|| Error::refused(Clause::IndexCount, "index", "no `index` key"))?;
         let frame = decode(value).map_err(|e| e.within("index"))?;
         let mut out = BTreeMap::new();
         if let Some(block) = frame.blocks.get("records") {
             for (name, col) in &block.columns {
                 if !validate::RESERVED_INDEX_COLUMNS.contains(&name.as_str()) {
-                    out.insert(name.to_string(), col.to_column().map_err(|e| e.within(&format!("index.{name}")))?);
+                    out.insert(
+                        name.to_string(),
+                        col.to_column()
+                            .map_err(|e| e.within(&format!("index.{name}")))?,
+                    );
                 }
             }
         }
@@ -164,9 +201,15 @@ impl<'r> RecordTxn<'r> {
 
     /// The force field, if any.
     pub fn forcefield(&self) -> Result<Option<ForceField>> {
-        let Some(value) = self.get(FF_KEY)? else { return Ok(None) };
+        let Some(value) = self.get(FF_KEY)? else {
+            return Ok(None);
+        };
         let frame = decode(value).map_err(|e| e.within("forcefield"))?;
-        let mut ff = ForceField { document: frame.info.meta.clone(), tables: owned_blocks(&frame, "forcefield.blocks")? };
+        let tables = frame.to_blocks().map_err(|e| e.within("forcefield"))?;
+        let mut ff = ForceField {
+            document: frame.info.meta.clone(),
+            tables,
+        };
         validate::prepare_forcefield(&mut ff)?;
         Ok(Some(ff))
     }
@@ -178,7 +221,11 @@ impl<'r> RecordTxn<'r> {
             None => Ok(Document::new()),
             Some(bytes) => match serde_json::from_slice::<Value>(bytes) {
                 Ok(Value::Object(m)) => Ok(m),
-                _ => Err(Error::refused(Clause::RecordMetaValue, format!("records[{r}].meta"), "not a JSON object")),
+                _ => Err(Error::refused(
+                    Clause::RecordMetaValue,
+                    format!("records[{r}].meta"),
+                    "not a JSON object",
+                )),
             },
         }
     }
@@ -187,18 +234,32 @@ impl<'r> RecordTxn<'r> {
     pub fn system(&self, r: u64) -> Result<Option<Frame>> {
         self.check_record(r)?;
         let at = format!("records[{r}].system");
-        let Some(value) = self.get(&system_key(r))? else { return Ok(None) };
+        let Some(value) = self.get(&system_key(r))? else {
+            return Ok(None);
+        };
         let frame = decode(value).map_err(|e| e.within(&at))?;
         let mut meta = frame.info.meta.clone();
         let mut meta_types = frame.info.meta_types.clone().unwrap_or_default();
         validate::prepare_typed_meta(&mut meta, &mut meta_types, &format!("{at}.meta"))?;
-        Ok(Some(Frame { meta, meta_types, blocks: owned_blocks(&frame, &format!("{at}.blocks"))?, cell: frame.info.cell }))
+        let blocks = frame.to_blocks().map_err(|e| e.within(&at))?;
+        Ok(Some(Frame {
+            meta,
+            meta_types,
+            blocks,
+            cell: frame.info.cell,
+        }))
     }
 
     /// The raw update of global frame ordinal j, decoded in place.
     pub fn frame_update(&self, j: u64) -> Result<FrameRef<'_>> {
         let at = format!("frames[{j}]");
-        let value = self.get(&frame_key(j))?.ok_or_else(|| Error::refused(Clause::FrameMissing, &at, format!("frame key {j} is missing")))?;
+        let value = self.get(&frame_key(j))?.ok_or_else(|| {
+            Error::refused(
+                Clause::FrameMissing,
+                &at,
+                format!("frame key {j} is missing"),
+            )
+        })?;
         decode(value).map_err(|e| e.within(&at))
     }
 
@@ -218,11 +279,18 @@ impl<'r> RecordTxn<'r> {
             let j = first + k;
             let at = format!("records[{r}].trajectory.frames[{k}]");
             let frame = self.frame_update(j).map_err(|e| match e {
-                Error::Refused { clause, detail, .. } => Error::Refused { clause, at: at.clone(), detail },
+                Error::Refused { clause, detail, .. } => Error::Refused {
+                    clause,
+                    at: at.clone(),
+                    detail,
+                },
                 other => other,
             })?;
             check_update(&frame, &self.reader.schema, &at)?;
-            let FrameRef { blocks: updates, info } = frame;
+            let FrameRef {
+                blocks: updates,
+                info,
+            } = frame;
             for (name, block) in updates {
                 blocks.insert(name.to_string(), block);
             }
@@ -230,9 +298,19 @@ impl<'r> RecordTxn<'r> {
                 cell = info.cell;
             }
             let Some(step) = info.step else {
-                refuse!(FrameStep, format!("{at}.step"), "a trajectory update carries no step");
+                refuse!(
+                    FrameStep,
+                    format!("{at}.step"),
+                    "a trajectory update carries no step"
+                );
             };
-            visit(&ResolvedView { step, time: info.time, meta: &info.meta, blocks: &blocks, cell: cell.as_ref() })?;
+            visit(&ResolvedView {
+                step,
+                time: info.time,
+                meta: &info.meta,
+                blocks: &blocks,
+                cell: cell.as_ref(),
+            })?;
         }
         Ok(())
     }
@@ -243,24 +321,62 @@ impl<'r> RecordTxn<'r> {
         let at = format!("records[{r}]");
         let meta = self.record_meta(r)?;
         let system = self.system(r)?;
-        let trajectory = if self.reader.has_trajectory.get(r as usize).copied().unwrap_or(false) {
+        let trajectory = if self
+            .reader
+            .has_trajectory
+            .get(r as usize)
+            .copied()
+            .unwrap_or(false)
+        {
             let mut frames = Vec::new();
             self.for_each_frame(r, |view| {
                 let mut blocks = BTreeMap::new();
                 for (name, b) in view.blocks {
-                    blocks.insert(name.clone(), owned_block(b, &format!("{at}.trajectory.frames[{}].blocks.{name}", frames.len()))?);
+                    blocks.insert(
+                        name.clone(),
+                        b.to_block().map_err(|e| {
+                            e.within(&format!(
+                                "{at}.trajectory.frames[{}].blocks.{name}",
+                                frames.len()
+                            ))
+                        })?,
+                    );
                 }
-                frames.push(Step { step: view.step, time: view.time, meta: view.meta.clone(), blocks, cell: view.cell.copied() });
+                frames.push(Step {
+                    step: view.step,
+                    time: view.time,
+                    meta: view.meta.clone(),
+                    blocks,
+                    cell: view.cell.copied(),
+                });
                 Ok(())
             })?;
-            Some(Trajectory { schema: None, frames })
+            Some(Trajectory {
+                schema: None,
+                frames,
+            })
         } else {
-            if self.reader.frame_counts.get(r as usize).copied().unwrap_or(0) != 0 {
-                refuse!(IndexColumns, format!("index.has_trajectory[{r}]"), "record without a trajectory has frames");
+            if self
+                .reader
+                .frame_counts
+                .get(r as usize)
+                .copied()
+                .unwrap_or(0)
+                != 0
+            {
+                refuse!(
+                    IndexColumns,
+                    format!("index.has_trajectory[{r}]"),
+                    "record without a trajectory has frames"
+                );
             }
             None
         };
-        let mut record = Record { meta, system, trajectory };
+        let mut record = Record {
+            meta,
+            system,
+            trajectory,
+        };
         validate::prepare_record(&mut record, &self.reader.schema, &at)?;
         Ok(record)
     }
@@ -284,53 +400,59 @@ fn check_update(frame: &FrameRef<'_>, schema: &SequenceSchema, at: &str) -> Resu
     for (name, block) in &frame.blocks {
         let bat = format!("{at}.blocks.{name}");
         let Some(decl) = schema.blocks.get(name.as_ref() as &str) else {
-            refuse!(FrameUndeclaredBlock, bat, "block `{name}` is not declared in sequence_schema");
+            refuse!(
+                FrameUndeclaredBlock,
+                bat,
+                "block `{name}` is not declared in sequence_schema"
+            );
         };
         for (col, column) in &block.columns {
             let Some(cd) = decl.columns.get(col.as_ref() as &str) else {
-                refuse!(FrameUndeclaredBlock, format!("{bat}.columns.{col}"), "column `{col}` is not declared for `{name}`");
+                refuse!(
+                    FrameUndeclaredBlock,
+                    format!("{bat}.columns.{col}"),
+                    "column `{col}` is not declared for `{name}`"
+                );
             };
-            if cd.dtype != column.dtype || column.shape.get(1..).unwrap_or_default() != cd.trailing.as_slice() {
-                refuse!(FrameUndeclaredBlock, format!("{bat}.columns.{col}"), "{} {:?} differs from the declared {} trailing {:?}", column.dtype, column.shape, cd.dtype, cd.trailing);
+            if cd.dtype != column.dtype
+                || column.shape.get(1..).unwrap_or_default() != cd.trailing.as_slice()
+            {
+                refuse!(
+                    FrameUndeclaredBlock,
+                    format!("{bat}.columns.{col}"),
+                    "{} {:?} differs from the declared {} trailing {:?}",
+                    column.dtype,
+                    column.shape,
+                    cd.dtype,
+                    cd.trailing
+                );
             }
         }
     }
     for key in frame.info.meta.keys() {
         if !schema.meta.contains_key(key) {
-            refuse!(FrameUndeclaredMeta, format!("{at}.meta.{key}"), "per-step key `{key}` is not declared");
+            refuse!(
+                FrameUndeclaredMeta,
+                format!("{at}.meta.{key}"),
+                "per-step key `{key}` is not declared"
+            );
         }
     }
     for (key, decl) in &schema.meta {
         match frame.info.meta.get(key) {
-            None => refuse!(StepMetaRequired, format!("{at}.meta.{key}"), "declared per-step key `{key}` is missing"),
+            None => refuse!(
+                StepMetaRequired,
+                format!("{at}.meta.{key}"),
+                "declared per-step key `{key}` is missing"
+            ),
             Some(v) => {
-                typed_json::normalize(decl.tag, v).map_err(|e| Error::refused(Clause::TypedValue, format!("{at}.meta.{key}"), e))?;
+                typed_json::normalize(decl.tag, v).map_err(|e| {
+                    Error::refused(Clause::TypedValue, format!("{at}.meta.{key}"), e)
+                })?;
             }
         }
     }
     Ok(())
-}
-
-fn owned_block(b: &BlockRef<'_>, at: &str) -> Result<Block> {
-    let mut columns = BTreeMap::new();
-    for (name, col) in &b.columns {
-        columns.insert(name.to_string(), col.to_column().map_err(|e| e.within(&format!("{at}.columns.{name}")))?);
-    }
-    Ok(Block {
-        count: b.count,
-        columns,
-        structural_shape: b.structural_shape.clone(),
-        targets: b.targets.clone(),
-        attributes: b.attributes.clone(),
-    })
-}
-
-fn owned_blocks(frame: &FrameRef<'_>, at: &str) -> Result<BTreeMap<String, Block>> {
-    let mut out = BTreeMap::new();
-    for (name, b) in &frame.blocks {
-        out.insert(name.to_string(), owned_block(b, &format!("{at}.{name}"))?);
-    }
-    Ok(out)
 }
 
 type ParsedMeta = (Document, SequenceSchema, u64, u64);
@@ -341,15 +463,32 @@ fn parse_meta(bytes: &[u8]) -> Result<ParsedMeta> {
     };
     match meta.get("layout") {
         Some(Value::String(s)) if s == LAYOUT => {}
-        other => refuse!(Layout, "meta.layout", "expected \"{LAYOUT}\", got {}", other.map_or("nothing".into(), typed_json::brief)),
+        other => refuse!(
+            Layout,
+            "meta.layout",
+            "expected \"{LAYOUT}\", got {}",
+            other.map_or("nothing".into(), typed_json::brief)
+        ),
     }
     match meta.get("layout_version") {
         Some(v) if v.as_i64() == Some(LAYOUT_VERSION) && v.is_i64() => {}
-        Some(v) => refuse!(LayoutVersion, "meta.layout_version", "must be the integer 1, got {v}"),
-        None => refuse!(LayoutVersion, "meta.layout_version", "`layout_version` is required"),
+        Some(v) => refuse!(
+            LayoutVersion,
+            "meta.layout_version",
+            "must be the integer 1, got {v}"
+        ),
+        None => refuse!(
+            LayoutVersion,
+            "meta.layout_version",
+            "`layout_version` is required"
+        ),
     }
     let Some(Value::Object(collection)) = meta.get("collection") else {
-        refuse!(MetaWellFormed, "meta.collection", "`collection` must be an object");
+        refuse!(
+            MetaWellFormed,
+            "meta.collection",
+            "`collection` must be an object"
+        );
     };
     if let Some(v) = collection.get("molrec_version") {
         validate::check_version(v, "meta.collection.molrec_version", Clause::MolrecVersion)?;
@@ -357,17 +496,38 @@ fn parse_meta(bytes: &[u8]) -> Result<ParsedMeta> {
     // Check units without stamping anything into what is handed back.
     let mut checked = collection.clone();
     validate::prepare_collection_meta(&mut checked).map_err(|e| e.within("meta.collection"))?;
-    let schema_json = meta.get("sequence_schema").ok_or_else(|| Error::refused(Clause::MetaWellFormed, "meta.sequence_schema", "missing"))?;
-    let schema = model_json::schema_from_json(schema_json, "meta.sequence_schema")
-        .map_err(|e| match e {
-            Error::Refused { clause: Clause::ModelJson, at, detail } => Error::Refused { clause: Clause::MetaWellFormed, at, detail },
+    let schema_json = meta
+        .get("sequence_schema")
+        .ok_or_else(|| Error::refused(Clause::MetaWellFormed, "meta.sequence_schema", "missing"))?;
+    let schema =
+        model_json::schema_from_json(schema_json, "meta.sequence_schema").map_err(|e| match e {
+            Error::Refused {
+                clause: Clause::ModelJson,
+                at,
+                detail,
+            } => Error::Refused {
+                clause: Clause::MetaWellFormed,
+                at,
+                detail,
+            },
             other => other,
         })?;
     validate::check_schema(&schema, "meta.sequence_schema")?;
     let count = |key: &str| {
-        meta.get(key).and_then(Value::as_u64).ok_or_else(|| Error::refused(Clause::MetaWellFormed, format!("meta.{key}"), "must be an unsigned integer"))
+        meta.get(key).and_then(Value::as_u64).ok_or_else(|| {
+            Error::refused(
+                Clause::MetaWellFormed,
+                format!("meta.{key}"),
+                "must be an unsigned integer",
+            )
+        })
     };
-    Ok((collection.clone(), schema, count("n_records")?, count("n_frames")?))
+    Ok((
+        collection.clone(),
+        schema,
+        count("n_records")?,
+        count("n_frames")?,
+    ))
 }
 
 type ParsedIndex = (Vec<u64>, Vec<u64>, Vec<u64>, Vec<bool>);
@@ -378,14 +538,30 @@ fn parse_index(value: &[u8], n_records: u64, n_frames: u64) -> Result<ParsedInde
         refuse!(IndexColumns, "index", "no block `records`");
     };
     if block.count != n_records {
-        refuse!(IndexCount, "index.records", "{} rows, meta.n_records is {n_records}", block.count);
+        refuse!(
+            IndexCount,
+            "index.records",
+            "{} rows, meta.n_records is {n_records}",
+            block.count
+        );
     }
     let u64s = |name: &str| -> Result<Vec<u64>> {
         let at = format!("index.records.columns.{name}");
-        let col = block.columns.get(name).ok_or_else(|| Error::refused(Clause::IndexColumns, &at, "missing"))?;
+        let col = block
+            .columns
+            .get(name)
+            .ok_or_else(|| Error::refused(Clause::IndexColumns, &at, "missing"))?;
         match col.to_column().map_err(|e| e.within(&at))? {
-            Column { data: ColumnData::U64(v), shape, .. } if shape.len() == 1 => Ok(v),
-            c => Err(Error::refused(Clause::IndexColumns, at, format!("must be u64 of one axis, got {} {:?}", c.dtype(), c.shape))),
+            Column {
+                data: ColumnData::U64(v),
+                shape,
+                ..
+            } if shape.len() == 1 => Ok(v),
+            c => Err(Error::refused(
+                Clause::IndexColumns,
+                at,
+                format!("must be u64 of one axis, got {} {:?}", c.dtype(), c.shape),
+            )),
         }
     };
     let first = u64s("first_frame")?;
@@ -393,20 +569,32 @@ fn parse_index(value: &[u8], n_records: u64, n_frames: u64) -> Result<ParsedInde
     let atoms = u64s("n_atoms")?;
     let at = "index.records.columns.has_trajectory";
     let flags = match block.columns.get("has_trajectory").map(|c| c.to_column()) {
-        Some(Ok(Column { data: ColumnData::Bool(v), .. })) => v,
+        Some(Ok(Column {
+            data: ColumnData::Bool(v),
+            ..
+        })) => v,
         Some(Err(e)) => return Err(e.within(at)),
         _ => refuse!(IndexColumns, at, "missing or not bool"),
     };
     let mut sum = 0u64;
     for (r, (&f, &n)) in first.iter().zip(&counts).enumerate() {
         if f != sum {
-            refuse!(IndexPrefixSum, format!("index.records.columns.first_frame[{r}]"), "is {f}, the prefix sum of n_frames is {sum}");
+            refuse!(
+                IndexPrefixSum,
+                format!("index.records.columns.first_frame[{r}]"),
+                "is {f}, the prefix sum of n_frames is {sum}"
+            );
         }
-        sum = sum.checked_add(n).ok_or_else(|| Error::refused(Clause::IndexTotal, "index", "n_frames overflows"))?;
+        sum = sum
+            .checked_add(n)
+            .ok_or_else(|| Error::refused(Clause::IndexTotal, "index", "n_frames overflows"))?;
     }
     if sum != n_frames {
-        refuse!(IndexTotal, "index.records", "frames add up to {sum}, meta.n_frames is {n_frames}");
+        refuse!(
+            IndexTotal,
+            "index.records",
+            "frames add up to {sum}, meta.n_frames is {n_frames}"
+        );
     }
     Ok((first, counts, atoms, flags))
 }
-

@@ -7,7 +7,10 @@
 //! refuses it as uncommitted. Memory holds one batch and four small numbers
 //! per record (for the index), never the records themselves.
 
-use super::{frame_key, lmdb_error, record_key, system_key, Db, FF_KEY, INDEX_KEY, LAYOUT, LAYOUT_VERSION, META_KEY};
+use super::{
+    frame_key, lmdb_error, record_key, system_key, Db, FF_KEY, INDEX_KEY, LAYOUT, LAYOUT_VERSION,
+    META_KEY,
+};
 use crate::error::{Error, Result};
 use crate::frame_bytes::{encode, FrameInfo};
 use crate::model::*;
@@ -29,7 +32,10 @@ pub struct WriterOptions {
 
 impl Default for WriterOptions {
     fn default() -> Self {
-        WriterOptions { overwrite: false, batch_bytes: 32 << 20 }
+        WriterOptions {
+            overwrite: false,
+            batch_bytes: 32 << 20,
+        }
     }
 }
 
@@ -95,7 +101,10 @@ impl Writer {
             scratch: Vec::new(),
         };
         if let Some(ff) = header.forcefield {
-            let info = FrameInfo { meta: ff.document, ..FrameInfo::default() };
+            let info = FrameInfo {
+                meta: ff.document,
+                ..FrameInfo::default()
+            };
             encode(&ff.tables, &info, false, &mut writer.scratch);
             let value = std::mem::take(&mut writer.scratch);
             writer.push(FF_KEY.to_vec(), value)?;
@@ -143,7 +152,12 @@ impl Writer {
         let mut n_atoms = None;
         if let Some(system) = record.system {
             n_atoms = Some(system.blocks.get("atoms").map_or(0, |b| b.count));
-            let info = FrameInfo { meta: system.meta, meta_types: Some(system.meta_types), cell: system.cell, ..FrameInfo::default() };
+            let info = FrameInfo {
+                meta: system.meta,
+                meta_types: Some(system.meta_types),
+                cell: system.cell,
+                ..FrameInfo::default()
+            };
             encode(&system.blocks, &info, true, &mut self.scratch);
             let value = std::mem::take(&mut self.scratch);
             self.push(system_key(r).to_vec(), value)?;
@@ -174,7 +188,13 @@ impl Writer {
                     }
                     _ => None,
                 };
-                let info = FrameInfo { meta: step.meta, meta_types: None, step: Some(step.step), time: step.time, cell };
+                let info = FrameInfo {
+                    meta: step.meta,
+                    meta_types: None,
+                    step: Some(step.step),
+                    time: step.time,
+                    cell,
+                };
                 encode(&changed, &info, false, &mut self.scratch);
                 let value = std::mem::take(&mut self.scratch);
                 let j = self.total_frames + frames;
@@ -200,7 +220,10 @@ impl Writer {
 
     /// Writes the buffered batch in one transaction, growing the map on `MDB_MAP_FULL`.
     fn flush(&mut self) -> Result<()> {
-        let env = self.env.as_ref().ok_or_else(|| Error::Lmdb("writer already closed".into()))?;
+        let env = self
+            .env
+            .as_ref()
+            .ok_or_else(|| Error::Lmdb("writer already closed".into()))?;
         self.batch.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         loop {
             let attempt = (|| -> heed::Result<()> {
@@ -213,7 +236,11 @@ impl Writer {
             match attempt {
                 Ok(()) => break,
                 Err(heed::Error::Mdb(MdbError::MapFull)) => {
-                    let grown = env.info().map_size.saturating_mul(2).max(self.batch_size.saturating_mul(4));
+                    let grown = env
+                        .info()
+                        .map_size
+                        .saturating_mul(2)
+                        .max(self.batch_size.saturating_mul(4));
                     let page = 1 << 20;
                     // SAFETY: the failed transaction was dropped (aborted);
                     // this Env is private to the writer, so no transaction is active.
@@ -241,19 +268,43 @@ impl Writer {
         let own = |name: &str, data: ColumnData| (name.to_string(), Column::new(vec![n], data));
         index.extend([
             own("first_frame", ColumnData::U64(first)),
-            own("n_frames", ColumnData::U64(std::mem::take(&mut self.n_frames))),
-            own("n_atoms", ColumnData::U64(std::mem::take(&mut self.n_atoms))),
-            own("has_trajectory", ColumnData::Bool(std::mem::take(&mut self.has_trajectory))),
+            own(
+                "n_frames",
+                ColumnData::U64(std::mem::take(&mut self.n_frames)),
+            ),
+            own(
+                "n_atoms",
+                ColumnData::U64(std::mem::take(&mut self.n_atoms)),
+            ),
+            own(
+                "has_trajectory",
+                ColumnData::Bool(std::mem::take(&mut self.has_trajectory)),
+            ),
         ]);
-        let block = Block { count: n, columns: index, ..Block::default() };
-        encode(&BTreeMap::from([("records".to_string(), block)]), &FrameInfo::default(), true, &mut self.scratch);
+        let block = Block {
+            count: n,
+            columns: index,
+            ..Block::default()
+        };
+        encode(
+            &BTreeMap::from([("records".to_string(), block)]),
+            &FrameInfo::default(),
+            true,
+            &mut self.scratch,
+        );
         let value = std::mem::take(&mut self.scratch);
         self.push(INDEX_KEY.to_vec(), value)?;
         self.flush()?;
-        let env = self.env.take().ok_or_else(|| Error::Lmdb("writer already closed".into()))?;
+        let env = self
+            .env
+            .take()
+            .ok_or_else(|| Error::Lmdb("writer already closed".into()))?;
         // Every record is on disk before `meta` says the collection exists.
         env.force_sync().map_err(lmdb_error)?;
-        let schema = self.given_schema.take().unwrap_or_else(|| self.derived_schema.schema().clone());
+        let schema = self
+            .given_schema
+            .take()
+            .unwrap_or_else(|| self.derived_schema.schema().clone());
         let meta = json!({
             "layout": LAYOUT,
             "layout_version": LAYOUT_VERSION,
@@ -266,7 +317,10 @@ impl Writer {
         self.env = Some(env);
         self.push(META_KEY.to_vec(), value)?;
         self.flush()?;
-        let env = self.env.take().ok_or_else(|| Error::Lmdb("writer already closed".into()))?;
+        let env = self
+            .env
+            .take()
+            .ok_or_else(|| Error::Lmdb("writer already closed".into()))?;
         env.force_sync().map_err(lmdb_error)?;
         env.prepare_for_closing().wait();
         Ok(())
@@ -280,9 +334,17 @@ impl Writer {
 
 /// Takes the writer's exclusive lock on `path`, creating the file.
 fn claim(path: &Path, overwrite: bool) -> Result<File> {
-    let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
     if file.try_lock().is_err() {
-        return Err(Error::Busy(format!("{} is being written by another writer", path.display())));
+        return Err(Error::Busy(format!(
+            "{} is being written by another writer",
+            path.display()
+        )));
     }
     if file.metadata()?.len() > 0 {
         if !overwrite {
@@ -306,11 +368,14 @@ pub(crate) fn lock_path(path: &Path) -> PathBuf {
 
 /// Writes a whole in-memory collection to a new file.
 pub fn write_collection(path: &Path, collection: Collection, options: WriterOptions) -> Result<()> {
-    let Collection { header, index, records } = collection;
+    let Collection {
+        header,
+        index,
+        records,
+    } = collection;
     let mut writer = Writer::create(path, header, options)?;
     for record in records {
         writer.append(record)?;
     }
     writer.finish(index)
 }
-

@@ -1,0 +1,16 @@
+//! Tests of the harness itself (the suites run in `tests/suite.rs`).
+//!
+//! Index:
+//! - `broken`: implementations that each break one rule are caught by the
+//!   cases covering that rule, and pass the rest.
+//! - `subprocess`: the reference as a subprocess gives the same verdicts as
+//!   in process.
+//! - `snapshots`: the reference's Markdown report and refusal messages.
+//! - `spec_map`: every `must` clause is covered by a passing case or waived;
+//!   every clause the reference names is in the map.
+
+mod broken;
+mod common;
+mod snapshots;
+mod spec_map;
+mod subprocess;
