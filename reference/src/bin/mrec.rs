@@ -34,6 +34,9 @@ enum Command {
         /// Replace an existing output file.
         #[arg(long)]
         overwrite: bool,
+        /// Bytes of encoded records committed per transaction (`meta` is always in the last).
+        #[arg(long, default_value_t = WriterOptions::default().batch_bytes)]
+        batch_bytes: usize,
     },
     /// Print the logical content (frames resolved) as canonical JSON.
     Dump {
