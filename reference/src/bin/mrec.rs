@@ -60,11 +60,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Write {
-            model,
-            out,
-            overwrite,
-        } => write(&model, &out, overwrite),
+        Command::Write { model, out, overwrite, batch_bytes } => write(&model, &out, WriterOptions { overwrite, batch_bytes }),
         Command::Dump { file } => dump(&file),
         Command::Info { file } => info(&file),
         Command::Validate { file } => return validate(&file),
