@@ -436,3 +436,24 @@ fn short_diff_is_cut_to_max_lines() {
     assert_eq!(short_diff(&e, &e, 10), "");
     assert!(!short_diff(&e, &json!({"v": 1}), 1000).contains("more lines"));
 }
+
+#[test]
+fn tmp_all_fixtures() {
+    let t = std::fs::read_to_string("/tmp/judge_scratch_dir").unwrap();
+    let t = t.trim();
+    for dir in ["../fixtures/collection", "../fixtures/examples"] {
+        for f in std::fs::read_dir(dir).unwrap() {
+            let p = f.unwrap().path();
+            let b = p.file_stem().unwrap().to_string_lossy().to_string();
+            let e: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+            let dump = format!("{t}/{b}.dump.json");
+            match std::fs::read_to_string(&dump) {
+                Ok(s) => {
+                    let a: Value = serde_json::from_str(&s).unwrap();
+                    println!("{b}: {:?}", compare(&e, &a));
+                }
+                Err(_) => println!("{b} (no dump): expected_logical {:?}", expected_logical(&e).err()),
+            }
+        }
+    }
+}

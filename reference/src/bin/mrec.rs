@@ -92,16 +92,9 @@ fn read_model(model: &Path) -> Result<String, Error> {
     }
 }
 
-fn write(model: &Path, out: &Path, overwrite: bool) -> Result<(), Error> {
+fn write(model: &Path, out: &Path, options: WriterOptions) -> Result<(), Error> {
     let collection = collection_from_str(&read_model(model)?)?;
-    write_collection(
-        out,
-        collection,
-        WriterOptions {
-            overwrite,
-            ..WriterOptions::default()
-        },
-    )
+    write_collection(out, collection, options)
 }
 
 fn dump(file: &Path) -> Result<(), Error> {
