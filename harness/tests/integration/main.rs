@@ -3,6 +3,8 @@
 //! Index:
 //! - `broken`: implementations that each break one rule are caught by the
 //!   cases covering that rule, and pass the rest.
+//! - `cli`: the command line writes the four reports; expectations are checked;
+//!   the Python template adapter is reported as read-only.
 //! - `subprocess`: the reference as a subprocess gives the same verdicts as
 //!   in process.
 //! - `snapshots`: the reference's Markdown report and refusal messages.
@@ -10,6 +12,7 @@
 //!   every clause the reference names is in the map.
 
 mod broken;
+mod cli;
 mod common;
 mod snapshots;
 mod spec_map;
