@@ -168,6 +168,33 @@ pub fn normalize(tag: MetaTag, value: &Value) -> Result<Value, String> {
     }
 }
 
+/// Checks that `value` fits `tag` without building its canonical form (the
+/// reader's per-frame check).
+pub fn check(tag: MetaTag, value: &Value) -> Result<(), String> {
+    let (scalar, width) = tag.shape();
+    match (width, value) {
+        (None, v) => check_scalar(scalar, v),
+        (Some(n), Value::Array(items)) if items.len() == n => {
+            items.iter().try_for_each(|v| check_scalar(scalar, v))
+        }
+        (Some(n), other) => Err(format!(
+            "expected an array of {n} for tag {}, got {}",
+            tag.name(),
+            brief(other)
+        )),
+    }
+}
+
+fn check_scalar(scalar: Scalar, value: &Value) -> Result<(), String> {
+    match (scalar, value) {
+        (Scalar::F64, Value::Number(_))
+        | (Scalar::Bool, Value::Bool(_))
+        | (Scalar::String, Value::String(_))
+        | (Scalar::Json, _) => Ok(()),
+        _ => normalize_scalar(scalar, value).map(drop),
+    }
+}
+
 fn normalize_scalar(scalar: Scalar, value: &Value) -> Result<Value, String> {
     match scalar {
         Scalar::Bool => match value {

@@ -25,7 +25,7 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 use super::typed::{
     cell, f64_value, infer_tag, kind, plain, quantum, read_f64, round_to, tag_value, DTYPES, TAGS,
@@ -311,47 +311,86 @@ fn read_schema(v: &Value, path: &str) -> Result<Schema, JudgeError> {
     })
 }
 
-/// Derives the declaration of a fixture without one: the union of the
-/// records' trajectory blocks, per-step tags inferred by §7 from the values.
-/// Malformed parts are skipped here; the main pass refuses them with a path.
+/// Derives the declaration of a fixture without one (§10): the union of the
+/// records' blocks, as each record states them in its own `schema` and as its
+/// updates present them, and the per-step declaration the records state (they
+/// must agree); a key no record declares gets the tag §7 infers from its
+/// values. Malformed updates are skipped here; the main pass refuses them
+/// with the path of the offending value.
 fn derive_schema(records: &[Value]) -> Result<Schema, JudgeError> {
     let mut blocks = Map::new();
+    let mut stated_meta: Option<Value> = None;
     let mut tags: BTreeMap<String, &'static str> = BTreeMap::new();
     for (i, r) in records.iter().enumerate() {
-        let frames = match r
-            .get("trajectory")
-            .and_then(|t| t.get("frames"))
-            .and_then(Value::as_array)
-        {
-            Some(f) => f,
-            None => continue,
+        let tpath = key(&idx("records", i), "trajectory");
+        let Some(t) = r.get("trajectory").filter(|t| !t.is_null()) else {
+            continue;
         };
-        for (j, f) in frames.iter().enumerate() {
-            if let Some(meta) = f.get("meta").and_then(Value::as_object) {
-                for (k, v) in meta {
-                    let t = infer_tag(v);
-                    let merged = match tags.get(k) {
-                        None => t,
-                        Some(&old) if old == t => t,
-                        Some(&old)
-                            if ["i64", "u64", "f64"].contains(&old)
-                                && ["i64", "u64", "f64"].contains(&t) =>
-                        {
-                            "f64"
-                        }
-                        Some(_) => "json",
-                    };
-                    tags.insert(k.clone(), merged);
+        if let Some(s) = t.get("schema").filter(|s| !s.is_null()) {
+            let spath = key(&tpath, "schema");
+            let own = read_schema(s, &spath)?;
+            match &stated_meta {
+                Some(m) if *m != own.logical["meta"] => {
+                    return fail(
+                        &key(&spath, "meta"),
+                        "records state different per-step declarations",
+                    )
                 }
+                Some(_) => {}
+                None => stated_meta = Some(own.logical["meta"].clone()),
             }
-            let fblocks = match f.get("blocks").and_then(Value::as_object) {
-                Some(b) => b,
-                None => continue,
-            };
-            for (name, b) in fblocks {
+            for (name, b) in own.logical["blocks"].as_object().into_iter().flatten() {
                 let decl = blocks
                     .entry(name.clone())
-                    .or_insert_with(|| serde_json::json!({"columns": {}}));
+                    .or_insert_with(|| json!({"columns": {}}));
+                for k in ["structural_shape", "targets", "aligned_with"] {
+                    if let (Some(x), None) = (b.get(k), decl.get(k)) {
+                        decl[k] = x.clone();
+                    }
+                }
+                let cpath = key(&key(&key(&spath, "blocks"), name), "columns");
+                for (cname, c) in b["columns"].as_object().into_iter().flatten() {
+                    merge_column(decl, cname, c.clone(), &key(&cpath, cname))?;
+                }
+            }
+        }
+        let Some(frames) = t.get("frames").and_then(Value::as_array) else {
+            continue;
+        };
+        for (j, f) in frames.iter().enumerate() {
+            for (k, v) in f
+                .get("meta")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+            {
+                // "NaN"-like strings are f64 spellings when the key's other
+                // values are numbers, strings otherwise ("nonfinite" below).
+                let t = match v.as_str() {
+                    Some("NaN" | "Infinity" | "-Infinity") => "nonfinite",
+                    _ => infer_tag(v),
+                };
+                let numeric = ["i64", "u64", "f64", "nonfinite"];
+                let merged = match tags.get(k) {
+                    None => t,
+                    Some(&old) if old == t => t,
+                    Some(&old) if numeric.contains(&old) && numeric.contains(&t) => "f64",
+                    Some(&old) if [old, t] == ["string", "nonfinite"] => "string",
+                    Some(&old) if [old, t] == ["nonfinite", "string"] => "string",
+                    Some(_) => "json",
+                };
+                tags.insert(k.clone(), merged);
+            }
+            let bpath = key(&idx(&key(&tpath, "frames"), j), "blocks");
+            for (name, b) in f
+                .get("blocks")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+            {
+                let decl = blocks
+                    .entry(name.clone())
+                    .or_insert_with(|| json!({"columns": {}}));
                 for k in ["structural_shape", "targets"] {
                     let well_formed = |x: &&Value| match k {
                         "targets" => x
@@ -359,21 +398,18 @@ fn derive_schema(records: &[Value]) -> Result<Schema, JudgeError> {
                             .is_some_and(|t| t.values().all(Value::is_string)),
                         _ => x.as_array().is_some_and(|s| s.iter().all(Value::is_u64)),
                     };
-                    if let Some(x) = b
-                        .get(k)
-                        .filter(well_formed)
-                        .filter(|_| decl.get(k).is_none())
-                    {
+                    if let (Some(x), None) = (b.get(k).filter(well_formed), decl.get(k)) {
                         decl[k] = x.clone();
                     }
                 }
-                let cols = match b.get("columns").and_then(Value::as_object) {
-                    Some(c) => c,
-                    None => continue,
-                };
-                for (cname, c) in cols {
-                    // Only well-formed declarations are derived; the main pass
-                    // refuses the rest with the path of the offending value.
+                let cpath = key(&key(&bpath, name), "columns");
+                for (cname, c) in b
+                    .get("columns")
+                    .and_then(Value::as_object)
+                    .into_iter()
+                    .flatten()
+                {
+                    // Only well-formed columns are derived (see above).
                     let (d, shape) =
                         match (c.get("dtype"), c.get("shape").and_then(Value::as_array)) {
                             (Some(d), Some(s))
@@ -381,48 +417,64 @@ fn derive_schema(records: &[Value]) -> Result<Schema, JudgeError> {
                                     && !s.is_empty()
                                     && s.iter().all(Value::is_u64) =>
                             {
-                                (d.clone(), s)
+                                (d, s)
                             }
                             _ => continue,
                         };
-                    let trailing = Value::Array(shape[1..].to_vec());
-                    let nullable = c
-                        .get("validity")
-                        .and_then(Value::as_array)
-                        .is_some_and(|v| v.iter().any(|b| b == &Value::Bool(false)));
-                    let frame = idx(&key(&key(&idx("records", i), "trajectory"), "frames"), j);
-                    let path = key(&key(&key(&key(&frame, "blocks"), name), "columns"), cname);
-                    match decl["columns"].get_mut(cname) {
-                        Some(old) => {
-                            if old["dtype"] != d || old["trailing"] != trailing {
-                                return fail(
-                                    &path,
-                                    "records disagree on this column's dtype or trailing shape",
-                                );
-                            }
-                            if nullable {
-                                old["nullable"] = Value::Bool(true);
-                            }
-                        }
-                        None => {
-                            let mut col = serde_json::json!({"dtype": d, "trailing": trailing, "nullable": nullable});
-                            let p = c.get("precision").and_then(Value::as_f64);
-                            if let Some(p) = p.filter(|&p| d == "f64" && quantum(p).is_some()) {
-                                col["precision"] = Value::from(p);
-                            }
-                            decl["columns"][cname] = col;
-                        }
+                    let validity = c.get("validity").and_then(Value::as_array);
+                    let nullable = validity.is_some_and(|v| v.contains(&Value::Bool(false)));
+                    let mut col = json!({"dtype": d, "trailing": shape[1..], "nullable": nullable});
+                    let p = c.get("precision").and_then(Value::as_f64);
+                    if let Some(p) = p.filter(|&p| d == "f64" && quantum(p).is_some()) {
+                        col["precision"] = Value::from(p);
                     }
+                    merge_column(decl, cname, col, &key(&cpath, cname))?;
                 }
             }
         }
     }
-    let meta: Map<String, Value> = tags
-        .into_iter()
-        .map(|(k, t)| (k, serde_json::json!({ "dtype": t })))
-        .collect();
-    let schema = serde_json::json!({"blocks": blocks, "meta": meta});
-    read_schema(&schema, "sequence_schema (derived)")
+    let mut meta = match stated_meta {
+        Some(Value::Object(m)) => m,
+        _ => Map::new(),
+    };
+    for (k, t) in tags {
+        // §9: these per-step keys are always f64.
+        let canonical_f64 = ["pe", "ke", "etotal", "temp", "press", "volume"].contains(&k.as_str());
+        let t = match t {
+            _ if canonical_f64 => "f64",
+            "nonfinite" => "string",
+            t => t,
+        };
+        meta.entry(k).or_insert_with(|| json!({ "dtype": t }));
+    }
+    read_schema(
+        &json!({"blocks": blocks, "meta": meta}),
+        "sequence_schema (derived)",
+    )
+}
+
+/// Adds one column declaration to a derived block declaration: records agree
+/// on dtype, trailing shape and (where stated) precision; nullability is OR-ed.
+fn merge_column(decl: &mut Value, cname: &str, col: Value, path: &str) -> Result<(), JudgeError> {
+    let Some(old) = decl["columns"].get_mut(cname) else {
+        decl["columns"][cname] = col;
+        return Ok(());
+    };
+    let precision_differs =
+        matches!((old.get("precision"), col.get("precision")), (Some(a), Some(b)) if a != b);
+    if old["dtype"] != col["dtype"] || old["trailing"] != col["trailing"] || precision_differs {
+        return fail(
+            path,
+            "records disagree on this column's dtype, trailing shape or precision",
+        );
+    }
+    if col["nullable"] == Value::Bool(true) {
+        old["nullable"] = Value::Bool(true);
+    }
+    if let (None, Some(p)) = (old.get("precision"), col.get("precision")) {
+        old["precision"] = p.clone();
+    }
+    Ok(())
 }
 
 fn record(v: &Value, path: &str, side: Side, schema: Option<&Schema>) -> Result<Value, JudgeError> {
@@ -782,7 +834,13 @@ fn trajectory(
     schema: Option<&Schema>,
 ) -> Result<Value, JudgeError> {
     let m = obj(v, path, "a trajectory")?;
-    allow(m, path, &["frames"])?;
+    allow(m, path, &["frames", "schema"])?;
+    // A record's own declaration equals the collection's in a valid
+    // collection, and a file keeps only the latter: it is checked for form,
+    // used by `derive_schema`, and not part of the logical content.
+    if let Some(s) = opt(m, "schema") {
+        read_schema(s, &key(path, "schema"))?;
+    }
     let fpath = key(path, "frames");
     let frames = arr(required(m, path, "frames")?, &fpath, "frames")?;
     let resolve = side == Side::Expected;

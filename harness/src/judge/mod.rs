@@ -16,8 +16,12 @@
 //!   `-0.0 != 0.0`; integers exactly whatever their spelling);
 //! - c64 parts compare at f32 width (the stored width);
 //! - when the fixture has no `sequence_schema`, the judge derives one (union
-//!   of the trajectory blocks, per-step tags inferred by §7) and does not
-//!   compare the columns' `nullable` flags, which a presentation cannot pin;
+//!   of the records' stated `trajectory.schema` and presented blocks; the
+//!   per-step declaration the records state, else tags inferred by §7 from
+//!   the values) and does not compare the columns' `nullable` flags, which a
+//!   presentation cannot pin;
+//! - a record's own `trajectory.schema` is checked for form but is not part
+//!   of the logical content (a file keeps only `sequence_schema`);
 //! - on trajectory updates, `structural_shape`, `targets` and column
 //!   `precision` are compared in `sequence_schema` only;
 //! - an optional key given as `null` is read as absent; an unknown key is refused.

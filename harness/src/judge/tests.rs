@@ -330,7 +330,9 @@ fn derived_schema_ignores_nullable_and_defaults_to_empty() {
         json!({"blocks": {}, "meta": {}})
     );
     let q = json!({"dtype": "f64", "shape": [2, 3], "values": [1, 2, 3, 4, 5, 6], "validity": [true, false]});
-    let e = json!({"meta": {}, "records": [{"trajectory": {"frames": [{"step": 0, "meta": {"pe": 1.5}, "blocks": {"atoms": {"count": 2, "columns": {"q": q}}}}]}}]});
+    let e = json!({"meta": {}, "records": [{"trajectory": {"frames": [
+        {"step": 0, "meta": {"pe": 1, "k": 1, "s": "NaN"}, "blocks": {"atoms": {"count": 2, "columns": {"q": q}}}},
+        {"step": 1, "meta": {"pe": 2, "k": "NaN", "s": "x"}}]}}]});
     let mut a = expected_logical(&e).unwrap();
     assert_eq!(
         a["sequence_schema"],
@@ -343,6 +345,37 @@ fn derived_schema_ignores_nullable_and_defaults_to_empty() {
         paths(&compare(&e, &a).unwrap()),
         ["sequence_schema.blocks.atoms.columns.q.trailing[0]"]
     );
+}
+
+#[test]
+fn derived_schema_takes_the_records_own_declarations() {
+    let own = json!({"blocks": {"atoms": {"columns": {"x": {"dtype": "f64", "precision": 0.5}}}},
+        "meta": {"pe": {"dtype": "f64", "fill": "NaN"}, "n": {"dtype": "i64"}}});
+    let rec = |own: Value| json!({"trajectory": {"schema": own, "frames": [{"step": 0, "meta": {"n": 2}, "blocks": {"atoms": block(json!({"x": f64col(json!([0.75]))}))}}]}});
+    let e = expected_logical(&json!({"meta": {}, "records": [rec(own.clone()), rec(own.clone())]}))
+        .unwrap();
+    assert_eq!(
+        e["sequence_schema"]["meta"],
+        json!({"pe": {"dtype": "f64", "fill": "NaN"}, "n": {"dtype": "i64"}})
+    );
+    assert_eq!(
+        e["sequence_schema"]["blocks"]["atoms"]["columns"]["x"]["precision"],
+        json!(0.5)
+    );
+    let frame = &e["records"][1]["trajectory"]["frames"][0];
+    assert_eq!(frame["meta"], json!({"pe": "NaN", "n": 2}));
+    assert_eq!(
+        frame["blocks"]["atoms"]["columns"]["x"]["values"],
+        json!([1.0])
+    );
+    assert!(e["records"][0]["trajectory"].get("schema").is_none());
+    let mut other = own;
+    other["meta"]["pe"]["fill"] = json!(0.0);
+    let err = expected_logical(
+        &json!({"meta": {}, "records": [rec(e["sequence_schema"].clone()), rec(other)]}),
+    )
+    .unwrap_err();
+    assert_eq!(err.path, "records[1].trajectory.schema.meta");
 }
 
 #[test]
@@ -452,7 +485,10 @@ fn tmp_all_fixtures() {
                     let a: Value = serde_json::from_str(&s).unwrap();
                     println!("{b}: {:?}", compare(&e, &a));
                 }
-                Err(_) => println!("{b} (no dump): expected_logical {:?}", expected_logical(&e).err()),
+                Err(_) => println!(
+                    "{b} (no dump): expected_logical {:?}",
+                    expected_logical(&e).err()
+                ),
             }
         }
     }

@@ -33,26 +33,20 @@ fn header(out: &mut String, report: &Report) {
         .iter()
         .map(|s| format!("{} v{}", code(&s.module), s.version))
         .collect();
-    let mut can = Vec::new();
-    if imp.capabilities.write {
-        can.push("write");
-    }
-    if imp.capabilities.read {
-        can.push("read");
-    }
     let _ = writeln!(
         out,
-        "Harness {} · suites: {} · implementation: {}\n",
+        "Harness {} · suites: {} · the implementation {}\n",
         text(&report.harness_version),
         if suites.is_empty() {
             "none".to_owned()
         } else {
             suites.join(", ")
         },
-        if can.is_empty() {
-            "neither writes nor reads".to_owned()
-        } else {
-            can.join(" and ") + "s"
+        match (imp.capabilities.write, imp.capabilities.read) {
+            (true, true) => "writes and reads",
+            (true, false) => "writes only",
+            (false, true) => "reads only",
+            (false, false) => "neither writes nor reads",
         },
     );
     let s = &report.summary;
@@ -265,8 +259,11 @@ fn coverage(out: &mut String, report: &Report, spec: &SpecMap) {
     }
 }
 
-/// `` `collection::x` (write: pass, read: fail); `collection::y` (write: pass) ``
+/// `` `collection::x` (write: pass, read: fail); `collection::y` (write: pass) ``, or `—`.
 fn cases_cell(entries: &[&ResultEntry]) -> String {
+    if entries.is_empty() {
+        return "—".into();
+    }
     let mut cases: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for e in entries {
         cases.entry(e.case_name()).or_default().push(format!(

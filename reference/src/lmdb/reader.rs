@@ -252,15 +252,14 @@ impl<'r> RecordTxn<'r> {
 
     /// The raw update of global frame ordinal j, decoded in place.
     pub fn frame_update(&self, j: u64) -> Result<FrameRef<'_>> {
-        let at = format!("frames[{j}]");
         let value = self.get(&frame_key(j))?.ok_or_else(|| {
             Error::refused(
                 Clause::FrameMissing,
-                &at,
+                "",
                 format!("frame key {j} is missing"),
             )
         })?;
-        decode(value).map_err(|e| e.within(&at))
+        decode(value)
     }
 
     /// Visits record r's frames resolved, as views into the transaction: for
@@ -276,34 +275,28 @@ impl<'r> RecordTxn<'r> {
         let mut blocks: BTreeMap<String, BlockRef<'_>> = BTreeMap::new();
         let mut cell: Option<Cell> = None;
         for k in 0..n {
-            let j = first + k;
-            let at = format!("records[{r}].trajectory.frames[{k}]");
-            let frame = self.frame_update(j).map_err(|e| match e {
-                Error::Refused { clause, detail, .. } => Error::Refused {
-                    clause,
-                    at: at.clone(),
-                    detail,
-                },
-                other => other,
-            })?;
-            check_update(&frame, &self.reader.schema, &at)?;
+            // Paths are only formatted on the error path: this loop is the
+            // reader's hot path.
+            let located = |e: Error| e.within(&format!("records[{r}].trajectory.frames[{k}]"));
+            let frame = self.frame_update(first + k).map_err(located)?;
+            check_update(&frame, &self.reader.schema).map_err(located)?;
             let FrameRef {
                 blocks: updates,
                 info,
             } = frame;
+            let Some(step) = info.step else {
+                return Err(located(Error::refused(
+                    Clause::FrameStep,
+                    "step",
+                    "a trajectory update carries no step",
+                )));
+            };
             for (name, block) in updates {
-                blocks.insert(name.to_string(), block);
+                blocks.insert(name, block);
             }
             if info.cell.is_some() {
                 cell = info.cell;
             }
-            let Some(step) = info.step else {
-                refuse!(
-                    FrameStep,
-                    format!("{at}.step"),
-                    "a trajectory update carries no step"
-                );
-            };
             visit(&ResolvedView {
                 step,
                 time: info.time,
@@ -396,60 +389,55 @@ pub struct ResolvedView<'a, 't> {
     pub cell: Option<&'a Cell>,
 }
 
-fn check_update(frame: &FrameRef<'_>, schema: &SequenceSchema, at: &str) -> Result<()> {
+/// Checks one update against the declaration; error paths are relative to the frame.
+fn check_update(frame: &FrameRef<'_>, schema: &SequenceSchema) -> Result<()> {
     for (name, block) in &frame.blocks {
-        let bat = format!("{at}.blocks.{name}");
-        let Some(decl) = schema.blocks.get(name.as_ref() as &str) else {
+        let Some(decl) = schema.blocks.get(name.as_str()) else {
             refuse!(
                 FrameUndeclaredBlock,
-                bat,
+                format!("blocks.{name}"),
                 "block `{name}` is not declared in sequence_schema"
             );
         };
         for (col, column) in &block.columns {
-            let Some(cd) = decl.columns.get(col.as_ref() as &str) else {
+            let declared = decl.columns.get(col.as_str());
+            let fits = declared.is_some_and(|cd| {
+                cd.dtype == column.dtype
+                    && column.shape.get(1..).unwrap_or_default() == cd.trailing.as_slice()
+            });
+            if !fits {
                 refuse!(
                     FrameUndeclaredBlock,
-                    format!("{bat}.columns.{col}"),
-                    "column `{col}` is not declared for `{name}`"
-                );
-            };
-            if cd.dtype != column.dtype
-                || column.shape.get(1..).unwrap_or_default() != cd.trailing.as_slice()
-            {
-                refuse!(
-                    FrameUndeclaredBlock,
-                    format!("{bat}.columns.{col}"),
-                    "{} {:?} differs from the declared {} trailing {:?}",
+                    format!("blocks.{name}.columns.{col}"),
+                    "{} {:?} is not a declared column of `{name}` (declared: {:?})",
                     column.dtype,
                     column.shape,
-                    cd.dtype,
-                    cd.trailing
+                    declared.map(|cd| (cd.dtype.name(), &cd.trailing))
                 );
             }
         }
     }
-    for key in frame.info.meta.keys() {
-        if !schema.meta.contains_key(key) {
-            refuse!(
-                FrameUndeclaredMeta,
-                format!("{at}.meta.{key}"),
-                "per-step key `{key}` is not declared"
-            );
-        }
+    if let Some(key) = frame
+        .info
+        .meta
+        .keys()
+        .find(|k| !schema.meta.contains_key(*k))
+    {
+        refuse!(
+            FrameUndeclaredMeta,
+            format!("meta.{key}"),
+            "per-step key `{key}` is not declared"
+        );
     }
     for (key, decl) in &schema.meta {
         match frame.info.meta.get(key) {
             None => refuse!(
                 StepMetaRequired,
-                format!("{at}.meta.{key}"),
+                format!("meta.{key}"),
                 "declared per-step key `{key}` is missing"
             ),
-            Some(v) => {
-                typed_json::normalize(decl.tag, v).map_err(|e| {
-                    Error::refused(Clause::TypedValue, format!("{at}.meta.{key}"), e)
-                })?;
-            }
+            Some(v) => typed_json::check(decl.tag, v)
+                .map_err(|e| Error::refused(Clause::TypedValue, format!("meta.{key}"), e))?,
         }
     }
     Ok(())
