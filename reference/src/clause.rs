@@ -44,6 +44,8 @@ clauses! {
     SystemTrajectoryRowCount => "collection.system-trajectory.row-count",
     SystemTrajectoryColumnDisjoint => "collection.system-trajectory.column-disjoint",
     RecordMetaDocument => "collection.record.meta-document",
+    RecordParts => "collection.record.parts",
+    RecordForceField => "collection.forcefield.no-record-ff",
     // Trajectory and sequence_schema (DIGEST §9).
     StepIncreasing => "trajectory.step.increasing",
     TimeAllOrNone => "trajectory.time.all-or-none",
@@ -92,6 +94,7 @@ clauses! {
     IndexPrefixSum => "lmdb.index.prefix-sum",
     IndexTotal => "lmdb.index.total",
     IndexColumns => "lmdb.index.columns",
+    IndexHasTrajectory => "lmdb.index.has-trajectory",
     FrameMissing => "lmdb.frame.missing",
     FrameUndeclaredBlock => "lmdb.frame.undeclared-block",
     FrameUndeclaredMeta => "lmdb.frame.undeclared-meta",
@@ -110,6 +113,8 @@ clauses! {
     FrameBufferBounds => "mrf1.buffer-bounds",
     FrameSizeOverflow => "mrf1.size-overflow",
     FrameStringValues => "mrf1.string-values",
+    FrameBoolByte => "mrf1.bool-byte",
+    FrameValidity => "mrf1.validity",
     // Model JSON (this project's canonical form, docs/canonical-json.md).
     ModelJson => "model-json.well-formed",
 }

@@ -1064,7 +1064,7 @@ impl<'de, 'a> Visitor<'de> for ColumnSeed<'_, 'a, '_> {
                 };
                 if dtype == DType::Bool && !bytes.iter().all(|&b| b <= 1) {
                     return Err(refuse(
-                        Clause::TypedValue,
+                        Clause::FrameBoolByte,
                         "a bool buffer holds a byte other than 0 / 1".into(),
                     ));
                 }
@@ -1094,7 +1094,7 @@ impl<'de, 'a> Visitor<'de> for ColumnSeed<'_, 'a, '_> {
                 };
                 if !mask.iter().all(|&b| b <= 1) {
                     return Err(refuse(
-                        Clause::TypedValue,
+                        Clause::FrameValidity,
                         "a mask holds a byte other than 0 / 1".into(),
                     ));
                 }

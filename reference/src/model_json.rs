@@ -739,7 +739,7 @@ pub fn frame_from_json(v: &Value, at: &str) -> Result<Frame> {
             let tag = tag_from_json(tag, &key_at)?;
             if !given.contains_key(key) {
                 refuse!(
-                    ModelJson,
+                    TypedValue,
                     key_at,
                     "a tag for the key {key:?}, which is not in meta"
                 );
@@ -1138,6 +1138,24 @@ const RECORD_KEYS: &[&str] = &["meta", "system", "trajectory"];
 /// Reads a record `{"meta"?, "system"?, "trajectory"?}`. `meta` defaults to
 /// `{}`; a record with neither a system nor a trajectory is refused.
 pub fn record_from_json(v: &Value, at: &str) -> Result<Record> {
+    // A collection's record is restricted to meta, system and trajectory:
+    // name the clause for the parts a standalone record may have.
+    if let Some(map) = v.as_object() {
+        if map.contains_key("forcefield") {
+            refuse!(
+                RecordForceField,
+                key_path(at, "forcefield"),
+                "a record of a collection has no force field of its own"
+            );
+        }
+        if let Some(part) = map.keys().find(|k| !RECORD_KEYS.contains(&k.as_str())) {
+            refuse!(
+                RecordParts,
+                key_path(at, part),
+                "a collection's record holds only meta, system and trajectory, not `{part}`"
+            );
+        }
+    }
     let map = object(v, at, "a record", RECORD_KEYS)?;
     let meta = match map.get("meta") {
         None => Document::new(),

@@ -95,7 +95,14 @@ pub fn check_schema(schema: &SequenceSchema, at: &str) -> Result<()> {
         }
         for (col, cd) in &decl.columns {
             let cat = format!("{at}.columns.{col}");
-            if RESERVED_TRAJECTORY_COLUMNS.contains(&col.as_str()) || col == "_validity" {
+            if col == "_validity" {
+                refuse!(
+                    ColumnReservedName,
+                    cat,
+                    "column name `_validity` is reserved"
+                );
+            }
+            if RESERVED_TRAJECTORY_COLUMNS.contains(&col.as_str()) {
                 refuse!(ReservedColumnName, cat, "column name `{col}` is reserved");
             }
             check_canonical_dtype(col, cd.dtype, &cat)?;
@@ -600,14 +607,16 @@ pub fn record_declaration(traj: &Trajectory, at: &str) -> Result<RecordDeclarati
             }
         }
         for (key, value) in &step.meta {
-            let tag = if CANONICAL_F64_STEP_KEYS.contains(&key.as_str()) && value.is_number() {
-                MetaTag::F64
-            } else {
-                MetaTag::infer(value)
-            };
-            decl.meta
+            let tag = infer_step_tag(key, value);
+            let entry = decl
+                .meta
                 .entry(key.clone())
                 .or_insert(MetaDecl { tag, fill: None });
+            // Integers and reals (and the special-float strings) of one key
+            // across frames are one f64 key.
+            if entry.tag != tag && is_real_tag(entry.tag) && is_real_tag(tag) {
+                entry.tag = MetaTag::F64;
+            }
         }
     }
     check_schema(&decl, at)?;
@@ -615,6 +624,21 @@ pub fn record_declaration(traj: &Trajectory, at: &str) -> Result<RecordDeclarati
         schema: decl,
         states_meta: !traj.frames.is_empty(),
     })
+}
+
+/// The tag of an undeclared per-step value: DIGEST §7's inference, except
+/// that the special-float strings and the canonical per-step keys are f64.
+fn infer_step_tag(key: &str, value: &Value) -> MetaTag {
+    let special = matches!(value.as_str(), Some("NaN" | "Infinity" | "-Infinity"));
+    if special || (CANONICAL_F64_STEP_KEYS.contains(&key) && value.is_number()) {
+        MetaTag::F64
+    } else {
+        MetaTag::infer(value)
+    }
+}
+
+fn is_real_tag(tag: MetaTag) -> bool {
+    matches!(tag, MetaTag::I64 | MetaTag::U64 | MetaTag::F64)
 }
 
 /// A collection declaration derived from its records: the union of their
@@ -728,7 +752,9 @@ pub fn prepare_record(record: &mut Record, schema: &SequenceSchema, at: &str) ->
     if let Some(traj) = &mut record.trajectory {
         let tat = format!("{at}.trajectory");
         let own = record_declaration(traj, &tat)?;
-        if own.states_meta && own.schema.meta != schema.meta {
+        // A record without a declaration of its own takes the collection's;
+        // one that states its own must state exactly the collection's.
+        if traj.schema.is_some() && own.schema.meta != schema.meta {
             refuse!(
                 RecordMetaDeclaration,
                 tat,

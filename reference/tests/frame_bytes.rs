@@ -724,7 +724,7 @@ fn column_refusals() {
         &one_column(r#"{"dtype": "bool", "shape": [2], "offset": 0}"#, 2),
         &[1, 2, 0, 0, 0, 0, 0, 0],
     );
-    assert_eq!(refused(&v), Clause::TypedValue);
+    assert_eq!(refused(&v), Clause::FrameBoolByte);
     let v = value_of(
         &one_column(
             r#"{"dtype": "u8", "shape": [2], "offset": 0, "validity": 8}"#,
@@ -732,7 +732,7 @@ fn column_refusals() {
         ),
         &[0; 8].iter().chain(&[1, 7]).copied().collect::<Vec<u8>>(),
     );
-    assert_eq!(refused(&v), Clause::TypedValue);
+    assert_eq!(refused(&v), Clause::FrameValidity);
     // A zero axis makes the product 0 whatever the others are.
     let v = value_of(
         &one_column(

@@ -1,5 +1,7 @@
 //! The logical form of a collection: canonical JSON resolved and normalized
-//! so that two collections with the same logical content are equal `Value`s.
+//! so that two collections with the same logical content are the same JSON
+//! tree (floats compared by bits, see `leaf_eq`). The form is itself
+//! canonical JSON, so it can be read again (as an actual) to the same form.
 //!
 //! The expected side (a fixture, presentation form) is *resolved*: blocks and
 //! the cell carry forward within a record, fills are materialized, declared

@@ -8,8 +8,8 @@
 //! the suite instead of being reproduced by the judge.
 //!
 //! Both inputs are brought to one *logical form* (see `logical`), where two
-//! collections with the same logical content are equal `serde_json::Value`s;
-//! comparing is then a walk over the two trees. Decisions:
+//! collections with the same logical content are the same JSON tree (floats
+//! compared by bits); comparing is then a walk over the two trees. Decisions:
 //! - numbers in plain documents (collection/record meta, `json` values,
 //!   attributes, the force-field document) compare by value (`1.0 == 1`);
 //!   typed values compare by their tag (f64 by bits, all NaNs equal,

@@ -336,7 +336,7 @@ fn derived_schema_ignores_nullable_and_defaults_to_empty() {
     let mut a = expected_logical(&e).unwrap();
     assert_eq!(
         a["sequence_schema"],
-        json!({"blocks": {"atoms": {"columns": {"q": {"dtype": "f64", "trailing": [3], "nullable": true}}}}, "meta": {"pe": {"dtype": "f64"}}})
+        json!({"blocks": {"atoms": {"columns": {"q": {"dtype": "f64", "trailing": [3], "nullable": true}}}}, "meta": {"pe": {"dtype": "f64"}, "k": {"dtype": "f64"}, "s": {"dtype": "string"}}})
     );
     a["sequence_schema"]["blocks"]["atoms"]["columns"]["q"]["nullable"] = json!(false);
     assert_eq!(compare(&e, &a).unwrap(), vec![]);
@@ -468,28 +468,4 @@ fn short_diff_is_cut_to_max_lines() {
     assert!(lines[12].starts_with("... ") && lines[12].ends_with(" more lines"));
     assert_eq!(short_diff(&e, &e, 10), "");
     assert!(!short_diff(&e, &json!({"v": 1}), 1000).contains("more lines"));
-}
-
-#[test]
-fn tmp_all_fixtures() {
-    let t = std::fs::read_to_string("/tmp/judge_scratch_dir").unwrap();
-    let t = t.trim();
-    for dir in ["../fixtures/collection", "../fixtures/examples"] {
-        for f in std::fs::read_dir(dir).unwrap() {
-            let p = f.unwrap().path();
-            let b = p.file_stem().unwrap().to_string_lossy().to_string();
-            let e: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
-            let dump = format!("{t}/{b}.dump.json");
-            match std::fs::read_to_string(&dump) {
-                Ok(s) => {
-                    let a: Value = serde_json::from_str(&s).unwrap();
-                    println!("{b}: {:?}", compare(&e, &a));
-                }
-                Err(_) => println!(
-                    "{b} (no dump): expected_logical {:?}",
-                    expected_logical(&e).err()
-                ),
-            }
-        }
-    }
 }

@@ -65,10 +65,25 @@ fn header(out: &mut String, reports: &[Report], spec: &SpecMap) {
     suites.dedup();
     let plural =
         |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    // Clauses no case covers, in any report: a property of the suites, not of an implementation.
+    let mut no_case = (0, 0);
+    for (id, clause) in spec {
+        if reports.iter().all(|r| r.covering(id).is_empty()) {
+            match (&clause.waiver, clause.level) {
+                (Some(_), _) => no_case.1 += 1,
+                (None, Level::Must) => no_case.0 += 1,
+                (None, _) => {}
+            }
+        }
+    }
+    let uncovered = match no_case {
+        (0, 0) => String::new(),
+        (m, w) => format!(" ({m} <i>must</i> without a case, {w} waived)"),
+    };
     let _ = writeln!(
         out,
         "<header class=\"top\"><div class=\"inner\"><h1>molrec conformance</h1>\
-         <p class=\"meta\">harness {} · suites: {} · {} · {} in the spec map</p></div></header>",
+         <p class=\"meta\">harness {} · suites: {} · {} · {} in the spec map{}</p></div></header>",
         h(&if harness.is_empty() {
             "?".to_owned()
         } else {
@@ -81,6 +96,7 @@ fn header(out: &mut String, reports: &[Report], spec: &SpecMap) {
         }),
         plural(reports.len(), "implementation", "implementations"),
         plural(spec.len(), "clause", "clauses"),
+        uncovered,
     );
 }
 
@@ -93,40 +109,33 @@ fn count_cell(n: usize) -> String {
 }
 
 fn implementations(out: &mut String, reports: &[Report], spec: &SpecMap) {
-    out.push_str("<section>\n<h2>Implementations</h2>\n<table class=\"impls\">\n<thead><tr><th>Implementation</th><th>Does</th>");
+    out.push_str("<section>\n<h2>Implementations</h2>\n<table class=\"impls\">\n<thead><tr><th>Implementation</th>");
     for o in Outcome::ALL {
         let _ = write!(
             out,
-            "<th class=\"num\"><span class=\"dot o-{}\"></span>{}</th>",
+            "<th class=\"num\"><span class=\"nw\"><span class=\"dot o-{}\"></span>{}</span></th>",
             o.slug(),
-            h(o.name())
+            h(o.name()).replacen(' ', "</span> <span>", 1)
         );
     }
     out.push_str("<th class=\"num\">total</th><th>Trials</th><th>Clauses</th><th>Result</th></tr></thead>\n<tbody>\n");
     if reports.is_empty() {
-        out.push_str("<tr><td colspan=\"13\" class=\"none\">No report.</td></tr>\n");
+        out.push_str("<tr><td colspan=\"12\" class=\"none\">No report.</td></tr>\n");
     }
     for r in reports {
         let imp = &r.implementation;
         let s = &r.summary;
-        let does: Vec<&str> = [
-            ("write", imp.capabilities.write),
-            ("read", imp.capabilities.read),
-        ]
-        .into_iter()
-        .filter(|(_, b)| *b)
-        .map(|(n, _)| n)
-        .collect();
+        let does = match (imp.capabilities.write, imp.capabilities.read) {
+            (true, true) => "writes and reads",
+            (true, false) => "writes only",
+            (false, true) => "reads only",
+            (false, false) => "neither writes nor reads",
+        };
         let _ = write!(
             out,
-            "<tr><td><b>{}</b> <span class=\"ver\">{}</span></td><td>{}</td>",
+            "<tr><td><b>{}</b> <span class=\"ver\">{}</span><div class=\"note\">{does}</div></td>",
             h(&imp.name),
             h(&imp.version),
-            if does.is_empty() {
-                "—".to_owned()
-            } else {
-                does.join(", ")
-            }
         );
         for o in Outcome::ALL {
             out.push_str(&count_cell(s.count(o)));
@@ -151,35 +160,25 @@ fn implementations(out: &mut String, reports: &[Report], spec: &SpecMap) {
         if s.pass_unnamed > 0 {
             let _ = write!(
                 out,
-                "<div class=\"note\">{} passing refusals named no clause</div>",
+                "<div class=\"note\">{} refusals named no clause</div>",
                 s.pass_unnamed
             );
         }
-        out.push_str("</td><td>");
+        out.push_str("</td><td class=\"clauses\">");
         let mut statuses: BTreeMap<&str, usize> = BTreeMap::new();
         for (id, clause) in spec {
             *statuses
                 .entry(Coverage::of(&r.covering(id), Some(clause)).status.slug())
                 .or_default() += 1;
         }
-        let parts: Vec<String> = [
-            "pass",
-            "partial",
-            "fail",
-            "unsupported",
-            "waived",
-            "uncovered",
-        ]
-        .into_iter()
-        .filter_map(|k| {
-            statuses.get(k).map(|n| {
-                format!(
-                    "<span class=\"t-{k}\">{n} {}</span>",
-                    k.replace("uncovered", "not covered")
-                )
+        let parts: Vec<String> = ["pass", "partial", "fail", "unsupported"]
+            .into_iter()
+            .filter_map(|k| {
+                statuses
+                    .get(k)
+                    .map(|n| format!("<span class=\"t-{k}\">{n} {k}</span>"))
             })
-        })
-        .collect();
+            .collect();
         out.push_str(&parts.join(" · "));
         out.push_str("</td><td>");
         if r.has_unexpected() {
@@ -309,6 +308,7 @@ fn matrix(out: &mut String, reports: &[Report], spec: &SpecMap) {
     }
     out.push_str("</div>\n");
     let mut all: Vec<(String, Vec<Row<'_>>)> = groups.into_iter().collect();
+    all.sort_by(|a, b| natural_cmp(&a.0, &b.0));
     if !unmapped_rows.is_empty() {
         all.push(("Not in the spec map".to_owned(), unmapped_rows));
     }
@@ -374,15 +374,26 @@ fn clause_row(out: &mut String, row: &Row<'_>, reports: &[Report]) {
         }
         None => out.push_str("<div><span class=\"lvl unknown\">?</span></div>"),
     }
-    for cov in &row.coverage {
-        cell(out, cov, row.clause);
+    let first = row.coverage.first().map(|c| c.status);
+    let same = row.coverage.iter().all(|c| Some(c.status) == first);
+    match first {
+        // No case covers the clause: the same for every implementation, said once.
+        Some(Status::Uncovered | Status::Waived) if same => {
+            cell(out, &row.coverage[0], row.clause, row.coverage.len())
+        }
+        _ => {
+            for cov in &row.coverage {
+                cell(out, cov, row.clause, 1);
+            }
+        }
     }
     out.push_str("</summary>\n<div class=\"drill\">\n");
     drill(out, row, reports);
     out.push_str("</div>\n</details>\n");
 }
 
-fn cell(out: &mut String, cov: &Coverage, clause: Option<&Clause>) {
+/// A matrix cell; `span` > 1 when one cell stands for every implementation.
+fn cell(out: &mut String, cov: &Coverage, clause: Option<&Clause>, span: usize) {
     let (slug, word) = match cov.status {
         Status::Uncovered if clause.is_some_and(|c| c.level == Level::Must) => {
             ("uncovered-must", "NOT COVERED")
@@ -402,10 +413,31 @@ fn cell(out: &mut String, cov: &Coverage, clause: Option<&Clause>) {
     } else {
         String::new()
     };
+    let why = match (cov.status, clause) {
+        (Status::Waived, Some(c)) => c.waiver.clone().unwrap_or_default(),
+        (Status::Uncovered, Some(c)) if c.level == Level::Must => {
+            "no case covers it and no waiver".to_owned()
+        }
+        (Status::Uncovered, _) => "no case covers it".to_owned(),
+        _ => String::new(),
+    };
+    let (style, why) = if span > 1 {
+        (
+            format!(" style=\"grid-column: span {span}\""),
+            format!("<span class=\"why\">{}</span>", h(&why)),
+        )
+    } else {
+        (String::new(), String::new())
+    };
+    let title = if span > 1 && !why.is_empty() {
+        format!("{}: {}", cov.text(), why)
+    } else {
+        cov.text()
+    };
     let _ = write!(
         out,
-        "<div class=\"cell s-{slug}\" title=\"{}\"><span>{word}</span>{known}<span class=\"ct\">{count}</span></div>",
-        at(&cov.text())
+        "<div class=\"cell s-{slug}\"{style} title=\"{}\"><span>{word}</span>{why}{known}<span class=\"ct\">{count}</span></div>",
+        at(&title)
     );
 }
 
@@ -465,8 +497,9 @@ fn drill(out: &mut String, row: &Row<'_>, reports: &[Report]) {
         let _ = write!(out, "<th>{}</th>", h(&r.implementation.name));
     }
     out.push_str("</tr></thead>\n<tbody>\n");
-    let mut by_case: BTreeMap<(String, String), Vec<(Direction, &Vec<Option<&ResultEntry>>)>> =
-        BTreeMap::new();
+    /// Per implementation, the trial (if it ran).
+    type PerImpl<'a> = Vec<Option<&'a ResultEntry>>;
+    let mut by_case: BTreeMap<(String, String), Vec<(Direction, &PerImpl<'_>)>> = BTreeMap::new();
     for ((module, case, direction), per) in &trials {
         by_case
             .entry((module.clone(), case.clone()))
@@ -516,11 +549,11 @@ fn drill(out: &mut String, row: &Row<'_>, reports: &[Report]) {
             if e.outcome == Outcome::Unsupported {
                 continue;
             }
-            detail(&mut details, e, &reports[i]);
+            detail(&mut details, e, Some(&reports[i]));
         }
     }
     if !details.is_empty() {
-        let _ = write!(out, "<div class=\"details\">{details}</div>\n");
+        let _ = writeln!(out, "<div class=\"details\">{details}</div>");
     }
 }
 
@@ -547,25 +580,49 @@ fn badge(e: &ResultEntry) -> String {
     )
 }
 
-fn detail(out: &mut String, e: &ResultEntry, report: &Report) {
+/// A trial's verdict and detail; under an implementation's heading
+/// (`report` is `None`) the case title replaces the implementation's name.
+fn detail(out: &mut String, e: &ResultEntry, report: Option<&Report>) {
     let r = &e.result;
     let _ = write!(
         out,
-        "<div class=\"det\"><div class=\"dethead\">{} <b>{}</b> · <code>{}</code>",
-        badge(e),
-        h(&report.implementation.name),
-        h(&r.trial)
+        "<div class=\"det\"><div class=\"dethead\">{}",
+        badge(e)
     );
-    if let Some(c) = &r.expected_clause {
-        let named = r.named_clause.as_deref().unwrap_or("none");
+    if let Some(report) = report {
         let _ = write!(
             out,
-            " · must name <code>{}</code>, named <code>{}</code>",
-            h(c),
-            h(named)
+            "<b>{}</b><span class=\"m\">",
+            h(&report.implementation.name)
         );
+    } else {
+        out.push_str("<span>");
+    }
+    let _ = write!(out, "<code>{}</code></span>", h(&r.trial));
+    if let Some(c) = &r.expected_clause {
+        let _ = write!(
+            out,
+            "<span class=\"m\">must name <code>{}</code></span>",
+            h(c)
+        );
+        match (&r.named_clause, r.verdict) {
+            (Some(named), _) => {
+                let _ = write!(
+                    out,
+                    "<span class=\"m\">named <code>{}</code></span>",
+                    h(named)
+                );
+            }
+            (None, Verdict::PassUnnamed | Verdict::Fail) => {
+                out.push_str("<span class=\"m\">named none</span>")
+            }
+            (None, _) => {}
+        }
     }
     out.push_str("</div>");
+    if report.is_none() {
+        let _ = write!(out, "<div class=\"dtitle\">{}</div>", h(&r.title));
+    }
     if let Some(reason) = &e.expected_failure {
         let _ = write!(
             out,
@@ -592,15 +649,15 @@ fn unexpected(out: &mut String, reports: &[Report]) {
             continue;
         }
         any = true;
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "<details class=\"unexp\"><summary><b>{}</b> <span class=\"ver\">{}</span> — {} unexpected</summary>\n",
+            "<details class=\"unexp\"><summary><b>{}</b> <span class=\"ver\">{}</span> — {} unexpected</summary>",
             h(&r.implementation.name),
             h(&r.implementation.version),
             entries.len()
         );
         for e in entries {
-            detail(out, e, r);
+            detail(out, e, None);
         }
         out.push_str("</details>\n");
     }
@@ -608,4 +665,36 @@ fn unexpected(out: &mut String, reports: &[Report]) {
         out.push_str("<p class=\"none\">None: every trial passed or failed as expected.</p>\n");
     }
     out.push_str("</section>\n");
+}
+
+/// Compares with runs of digits as numbers (`§2` before `§10`).
+fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    fn chunks(s: &str) -> Vec<(bool, &str)> {
+        let mut out = Vec::new();
+        let mut start = 0;
+        let bytes = s.as_bytes();
+        for i in 1..=bytes.len() {
+            if i == bytes.len() || bytes[i].is_ascii_digit() != bytes[start].is_ascii_digit() {
+                out.push((bytes[start].is_ascii_digit(), &s[start..i]));
+                start = i;
+            }
+        }
+        out
+    }
+    let (ca, cb) = (chunks(a), chunks(b));
+    for ((da, xa), (db, xb)) in ca.iter().zip(cb.iter()) {
+        let ord = if *da && *db {
+            let (ta, tb) = (xa.trim_start_matches('0'), xb.trim_start_matches('0'));
+            ta.len()
+                .cmp(&tb.len())
+                .then_with(|| ta.cmp(tb))
+                .then_with(|| xa.len().cmp(&xb.len()))
+        } else {
+            xa.cmp(xb)
+        };
+        if ord != std::cmp::Ordering::Equal {
+            return ord;
+        }
+    }
+    ca.len().cmp(&cb.len())
 }

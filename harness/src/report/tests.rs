@@ -547,7 +547,10 @@ fn markdown_has_summary_failures_and_coverage() {
         row("e.uncovered"),
         "| `e.uncovered` | must | **NOT COVERED** | — |"
     );
-    assert_eq!(row("f.optional"), "| `f.optional` | may | not covered | — |");
+    assert_eq!(
+        row("f.optional"),
+        "| `f.optional` | may | not covered | — |"
+    );
     assert_eq!(
         row("g.known"),
         "| `g.known` | must | **partial 1/2 (1 expected)** | `collection::fixed-now` (read: unexpected pass); `collection::known-bad` (write: expected failure) |"
@@ -701,7 +704,11 @@ fn sample_page() {
         (Ok(spec), Ok(suites)) => (spec, suites),
         _ => (spec(), Vec::new()),
     };
-    let reports = if suites.is_empty() { vec![report()] } else { sample_reports(&layout, &suites) };
+    let reports = if suites.is_empty() {
+        vec![report()]
+    } else {
+        sample_reports(&layout, &suites)
+    };
     std::fs::write("/tmp/report-sample.html", Report::to_html(&reports, &spec)).unwrap();
 }
 
@@ -713,10 +720,13 @@ fn sample_reports(layout: &crate::suite::Layout, suites: &[crate::suite::Suite])
         capabilities: Capabilities { write, read },
     };
     let mut reports = Vec::new();
-    for (n, description) in
-        [imp("molrec-reference", "0.1.0", true, true), imp("molrec-py", "0.4.0-dev", true, true), imp("mrec.js", "0.0.3", false, true)]
-            .into_iter()
-            .enumerate()
+    for (n, description) in [
+        imp("molrec-reference", "0.1.0", true, true),
+        imp("molrec-py", "0.4.0-dev", true, true),
+        imp("mrec.js", "0.0.3", false, true),
+    ]
+    .into_iter()
+    .enumerate()
     {
         let mut results = Vec::new();
         let mut expected = String::new();
@@ -736,7 +746,9 @@ fn sample_reports(layout: &crate::suite::Layout, suites: &[crate::suite::Suite])
                     }
                     match (n, direction, k % 17) {
                         (0, _, _) => {}
-                        (2, Direction::Write, _) => (t.verdict, t.detail) = (Verdict::Unsupported, "does not write".into()),
+                        (2, Direction::Write, _) => {
+                            (t.verdict, t.detail) = (Verdict::Unsupported, "does not write".into())
+                        }
                         (_, _, 3) if refusal => {
                             t.verdict = Verdict::PassUnnamed;
                             t.named_clause = None;
@@ -752,10 +764,15 @@ fn sample_reports(layout: &crate::suite::Layout, suites: &[crate::suite::Suite])
                         }
                         (1, _, 9) => {
                             t.verdict = Verdict::Fail;
-                            t.detail = format!("refused naming `column.values`, expected `{}`: bad column", case.expect.clone().unwrap_or_default());
+                            t.detail = format!(
+                                "refused naming `column.values`, expected `{}`: bad column",
+                                case.expect.clone().unwrap_or_default()
+                            );
                             t.named_clause = Some("column.values".into());
                         }
-                        (2, _, 11) => (t.verdict, t.detail) = (Verdict::Error, "timed out after 10 s".into()),
+                        (2, _, 11) => {
+                            (t.verdict, t.detail) = (Verdict::Error, "timed out after 10 s".into())
+                        }
                         (1, _, 13) => {
                             t.verdict = Verdict::Fail;
                             t.detail = "file inspection:\n[lmdb.frame-bytes.alignment] frame 3: buffer at offset 13 is not 8-aligned".into();
@@ -768,7 +785,12 @@ fn sample_reports(layout: &crate::suite::Layout, suites: &[crate::suite::Suite])
             }
         }
         let expectations = Expectations::parse(&expected).unwrap();
-        reports.push(Report::new(description, infos.clone(), results, &expectations));
+        reports.push(Report::new(
+            description,
+            infos.clone(),
+            results,
+            &expectations,
+        ));
     }
     reports
 }

@@ -358,7 +358,7 @@ impl<'r> RecordTxn<'r> {
                 != 0
             {
                 refuse!(
-                    IndexColumns,
+                    IndexHasTrajectory,
                     format!("index.has_trajectory[{r}]"),
                     "record without a trajectory has frames"
                 );
