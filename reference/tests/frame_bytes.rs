@@ -958,6 +958,19 @@ fn speed_typical_frame() {
         }
     }
     let copy = t.elapsed().as_nanos() as f64 / n as f64;
+    // Baseline: the same header parsed into a generic `serde_json::Value` tree.
+    let (payload, _) = header_of(&out);
+    let header_len = u32::from_le_bytes(out[4..8].try_into().unwrap()) as usize;
+    let t = Instant::now();
+    for _ in 0..n {
+        let v: Value =
+            serde_json::from_slice(std::hint::black_box(&out[8..8 + header_len])).unwrap();
+        sum += v.as_object().map_or(0, |o| o.len()) as f64;
+    }
+    let tree = t.elapsed().as_nanos() as f64 / n as f64;
+    println!(
+        "header {header_len} bytes, payload from byte {payload}; baseline Value-tree parse of the header {tree:.0} ns"
+    );
     println!(
         "typical 30-atom frame ({} bytes): encode {enc:.0} ns/frame, decode {dec:.0} ns/frame, \
          decode+6 f64 views {view:.0} ns/frame, decode+6 to_column {copy:.0} ns/frame ({sum})",

@@ -436,7 +436,7 @@ fn refusals_name_their_path() {
     );
     refused_after(
         |v| v["records"][0]["extra"] = json!(1),
-        Clause::ModelJson,
+        Clause::RecordParts,
         "records[0].extra",
     );
     refused_after(|v| v["version"] = json!(1), Clause::ModelJson, "version");

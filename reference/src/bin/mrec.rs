@@ -55,6 +55,31 @@ enum Command {
     },
     /// Speak the harness's subprocess protocol on stdin/stdout (docs/adapters.md).
     Adapter,
+    /// Benchmark writing and reading on a generated, seed-shaped workload
+    /// (docs/benchmark.md). Build with --release.
+    Bench {
+        /// Records to generate (83951 is the seed dataset's full scale).
+        #[arg(long, default_value_t = 8_400)]
+        records: u64,
+        /// Seed of the workload and of the shuffled read order.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Timed passes per read figure, after one warm-up pass.
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+        passes: u64,
+        /// Directory for the files (default: a new temporary directory).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Keep the files after the run.
+        #[arg(long)]
+        keep: bool,
+        /// Also write every figure as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// No progress bars or phase lines on stderr.
+        #[arg(long)]
+        quiet: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -65,6 +90,25 @@ fn main() -> ExitCode {
         Command::Info { file } => info(&file),
         Command::Validate { file } => return validate(&file),
         Command::Adapter => adapter(),
+        Command::Bench {
+            records,
+            seed,
+            passes,
+            dir,
+            keep,
+            json,
+            quiet,
+        } => bench(
+            molrec::bench::BenchOptions {
+                records,
+                seed,
+                passes: passes as usize,
+                dir,
+                keep,
+                progress: !quiet,
+            },
+            json.as_deref(),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -219,6 +263,20 @@ fn validate(file: &Path) -> ExitCode {
         .map(exit_code)
         .max_by_key(|c| format!("{c:?}"))
         .unwrap_or(ExitCode::from(1))
+}
+
+/// `mrec bench`: runs the benchmark, prints the table, writes the JSON.
+fn bench(options: molrec::bench::BenchOptions, json_out: Option<&Path>) -> Result<(), Error> {
+    if cfg!(debug_assertions) {
+        eprintln!("mrec bench: this is a debug build; build with --release for meaningful figures");
+    }
+    let report = molrec::bench::run(&options)?;
+    print!("{}", report.table());
+    if let Some(path) = json_out {
+        let text = serde_json::to_string_pretty(report.json()).map_err(|e| Error::Io(e.into()))?;
+        std::fs::write(path, text + "\n")?;
+    }
+    Ok(())
 }
 
 /// The harness protocol: a greeting, then one answer per request line.

@@ -1,0 +1,1716 @@
+//! `mrec bench`: a benchmark any user can run on their own machine
+//! (docs/benchmark.md).
+//!
+//! One run generates a deterministic, seed-shaped workload (small molecules
+//! with a topology and a relaxation trajectory), streams it into a
+//! collection file record by record, writes the same frames the way
+//! ASE-LMDB datasets ship (one zlib-compressed JSON row per frame), and then
+//! measures, on the same data and in one shuffled record order:
+//!
+//! 1. the write (frames/s, peak and growth of resident memory, file size
+//!    against the raw payload),
+//! 2. reading records as owned arrays ([`RecordTxn::record`]),
+//! 3. reading records as views ([`RecordTxn::for_each_frame`]),
+//! 4. reading the same keys as raw LMDB values (nothing decoded),
+//! 5. reading the peer file (inflate + JSON parse),
+//! 6. an index query answered from the index alone,
+//! 7. two threads reading views concurrently.
+//!
+//! Reads are timed as the median of `passes` passes after one warm-up pass;
+//! min and max are kept as the spread.
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::lmdb::{frame_key, record_key, system_key, Reader, RecordTxn, Writer, WriterOptions};
+use crate::model::*;
+use crate::typed_json::MetaTag;
+use flate2::{Compression, Decompress, FlushDecompress, Status};
+use heed::types::Bytes;
+use heed::{Database, Env, EnvFlags, EnvOpenOptions, WithoutTls};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::io::Write;
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// What a benchmark run does.
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    /// Number of records to generate (the seed dataset has 83,951).
+    pub records: u64,
+    /// Seed of the workload generator and of the shuffled order.
+    pub seed: u64,
+    /// Timed passes per read measurement (after one warm-up pass).
+    pub passes: usize,
+    /// Where the files go; `None` = a new temporary directory.
+    pub dir: Option<PathBuf>,
+    /// Keep the files after the run.
+    pub keep: bool,
+    /// Show progress bars and phase lines on stderr.
+    pub progress: bool,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        BenchOptions {
+            records: 8_400,
+            seed: 1,
+            passes: 5,
+            dir: None,
+            keep: false,
+            progress: true,
+        }
+    }
+}
+
+/// The figures of one run: [`Report::table`] prints them, [`Report::json`]
+/// holds the same figures as JSON.
+#[derive(Clone, Debug)]
+pub struct Report {
+    json: Value,
+    table: String,
+}
+
+impl Report {
+    /// The human-readable table.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// Every figure as JSON (what `--json FILE` writes).
+    pub fn json(&self) -> &Value {
+        &self.json
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Deterministic generator
+// ---------------------------------------------------------------------------
+
+/// SplitMix64 finalizer.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// SplitMix64: small, fast, and the same on every platform.
+struct Rng(u64);
+
+impl Rng {
+    /// The stream of record `r`: records can be regenerated independently.
+    fn for_record(seed: u64, r: u64) -> Rng {
+        Rng(mix(seed ^ 0x6d72_6563_2d62_656e) ^ mix(r.wrapping_add(0x5eed)))
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        mix(self.0)
+    }
+
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
+    /// Uniform in [lo, hi).
+    fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * self.unit()
+    }
+
+    /// Uniform in 0..n (n > 0).
+    fn below(&mut self, n: u64) -> u64 {
+        ((self.next_u64() as u128 * n as u128) >> 64) as u64
+    }
+}
+
+/// Elements of small organic molecules with their share of atoms (per mille).
+const ELEMENTS: [(&str, u64, u64); 7] = [
+    ("H", 1, 460),
+    ("C", 6, 340),
+    ("N", 7, 70),
+    ("O", 8, 90),
+    ("F", 9, 15),
+    ("S", 16, 15),
+    ("Cl", 17, 10),
+];
+const HYDROGEN: usize = 0;
+const CARBON: usize = 1;
+
+/// One relaxation step of one molecule.
+struct Snapshot {
+    x: Vec<f64>,
+    y: Vec<f64>,
+    z: Vec<f64>,
+    fx: Vec<f64>,
+    fy: Vec<f64>,
+    fz: Vec<f64>,
+    pe: f64,
+}
+
+/// One generated molecule and its relaxation.
+struct Molecule {
+    /// Indices into [`ELEMENTS`], heavy atoms first.
+    elements: Vec<usize>,
+    /// A spanning tree over the atoms.
+    bonds: Vec<[u64; 2]>,
+    frames: Vec<Snapshot>,
+    /// Molecule code: Hill formula and record number.
+    code: String,
+}
+
+impl Molecule {
+    /// Record `r` of the workload of `seed`: 10-60 atoms (about 30 on
+    /// average), 1-48 frames (about 24 on average).
+    fn generate(seed: u64, r: u64) -> Molecule {
+        let mut rng = Rng::for_record(seed, r);
+        let u = rng.unit();
+        // u^1.5 has mean 0.4: 10 + 50 * 0.4 = 30 atoms on average.
+        let n = 10 + (50.0 * u * u.sqrt()).round() as usize;
+        let n_frames = 1 + rng.below(48) as usize;
+        let mut elements: Vec<usize> = (0..n)
+            .map(|i| {
+                if i == 0 {
+                    return CARBON;
+                }
+                let mut t = rng.below(1000);
+                ELEMENTS
+                    .iter()
+                    .position(|&(_, _, w)| {
+                        let hit = t < w;
+                        t = t.saturating_sub(w);
+                        hit
+                    })
+                    .unwrap_or(CARBON)
+            })
+            .collect();
+        // Heavy atoms first, hydrogens last (a stable order).
+        elements.sort_by_key(|&e| e == HYDROGEN);
+        let heavy = elements.iter().filter(|&&e| e != HYDROGEN).count() as u64;
+        let mut bonds = Vec::with_capacity(n - 1);
+        for i in 1..n as u64 {
+            // Heavy atoms form a tree; each hydrogen hangs on a heavy atom.
+            let parent = if i < heavy {
+                rng.below(i)
+            } else {
+                rng.below(heavy)
+            };
+            bonds.push([parent, i]);
+        }
+        let mut pos: Vec<[f64; 3]> = (0..n)
+            .map(|_| {
+                [
+                    rng.uniform(-5.0, 5.0),
+                    rng.uniform(-5.0, 5.0),
+                    rng.uniform(-5.0, 5.0),
+                ]
+            })
+            .collect();
+        let pe0 = rng.uniform(-900.0, -100.0);
+        let drop = rng.uniform(1.0, 100.0);
+        let tau = (n_frames as f64 / 4.0).max(1.0);
+        let mut frames = Vec::with_capacity(n_frames);
+        for k in 0..n_frames {
+            let amplitude = 1.0 - 0.8 * k as f64 / n_frames as f64;
+            let mut s = Snapshot {
+                x: Vec::with_capacity(n),
+                y: Vec::with_capacity(n),
+                z: Vec::with_capacity(n),
+                fx: Vec::with_capacity(n),
+                fy: Vec::with_capacity(n),
+                fz: Vec::with_capacity(n),
+                pe: pe0 - drop * k as f64 / (k as f64 + tau),
+            };
+            for p in &mut pos {
+                let f = [
+                    amplitude * rng.uniform(-1.0, 1.0),
+                    amplitude * rng.uniform(-1.0, 1.0),
+                    amplitude * rng.uniform(-1.0, 1.0),
+                ];
+                s.x.push(p[0]);
+                s.y.push(p[1]);
+                s.z.push(p[2]);
+                s.fx.push(f[0]);
+                s.fy.push(f[1]);
+                s.fz.push(f[2]);
+                // A steepest-descent step along the force.
+                for a in 0..3 {
+                    p[a] += 0.02 * f[a];
+                }
+            }
+            frames.push(s);
+        }
+        let code = format!("{}-{r:06}", hill_formula(&elements));
+        Molecule {
+            elements,
+            bonds,
+            frames,
+            code,
+        }
+    }
+
+    fn n_atoms(&self) -> usize {
+        self.elements.len()
+    }
+
+    /// Bit `Z` set for every atomic number `Z` present.
+    fn element_mask(&self) -> u64 {
+        self.elements
+            .iter()
+            .fold(0, |m, &e| m | 1u64 << ELEMENTS[e].1)
+    }
+
+    fn heavy_atoms(&self) -> u64 {
+        self.elements.iter().filter(|&&e| e != HYDROGEN).count() as u64
+    }
+
+    /// Bytes of every column buffer and string this record hands the writer
+    /// (system, trajectory, per-step `pe`, own index row); documents and the
+    /// binding's own index columns are not counted.
+    fn payload_bytes(&self) -> u64 {
+        let n = self.n_atoms() as u64;
+        let strings: u64 = self
+            .elements
+            .iter()
+            .map(|&e| ELEMENTS[e].0.len() as u64)
+            .sum();
+        let system = strings + 8 * n + 16 * self.bonds.len() as u64;
+        let trajectory = self.frames.len() as u64 * (6 * 8 * n + 8);
+        let index = self.code.len() as u64 + 8 + 8;
+        system + trajectory + index
+    }
+
+    /// The molecule as a model record (consumes the arrays).
+    fn into_record(self) -> Record {
+        let n = self.n_atoms() as u64;
+        let column = |data: ColumnData| Column::new(vec![n], data);
+        let atoms = Block {
+            count: n,
+            columns: BTreeMap::from([
+                (
+                    "element".to_string(),
+                    column(ColumnData::String(
+                        self.elements
+                            .iter()
+                            .map(|&e| ELEMENTS[e].0.to_string())
+                            .collect(),
+                    )),
+                ),
+                (
+                    "atomic_number".to_string(),
+                    column(ColumnData::U64(
+                        self.elements.iter().map(|&e| ELEMENTS[e].1).collect(),
+                    )),
+                ),
+            ]),
+            ..Block::default()
+        };
+        let n_bonds = self.bonds.len() as u64;
+        let bonds = Block {
+            count: n_bonds,
+            columns: BTreeMap::from([
+                (
+                    "atomi".to_string(),
+                    Column::new(
+                        vec![n_bonds],
+                        ColumnData::U64(self.bonds.iter().map(|b| b[0]).collect()),
+                    ),
+                ),
+                (
+                    "atomj".to_string(),
+                    Column::new(
+                        vec![n_bonds],
+                        ColumnData::U64(self.bonds.iter().map(|b| b[1]).collect()),
+                    ),
+                ),
+            ]),
+            ..Block::default()
+        };
+        let system = Frame {
+            blocks: BTreeMap::from([("atoms".to_string(), atoms), ("bonds".to_string(), bonds)]),
+            ..Frame::default()
+        };
+        let frames = self
+            .frames
+            .into_iter()
+            .enumerate()
+            .map(|(k, s)| {
+                let f64s = |v: Vec<f64>| column(ColumnData::F64(v));
+                let atoms = Block {
+                    count: n,
+                    columns: BTreeMap::from([
+                        ("x".to_string(), f64s(s.x)),
+                        ("y".to_string(), f64s(s.y)),
+                        ("z".to_string(), f64s(s.z)),
+                        ("fx".to_string(), f64s(s.fx)),
+                        ("fy".to_string(), f64s(s.fy)),
+                        ("fz".to_string(), f64s(s.fz)),
+                    ]),
+                    ..Block::default()
+                };
+                let mut meta = Document::new();
+                meta.insert("pe".into(), json!(s.pe));
+                Step {
+                    step: k as i64,
+                    time: None,
+                    meta,
+                    blocks: BTreeMap::from([("atoms".to_string(), atoms)]),
+                    cell: None,
+                }
+            })
+            .collect();
+        let mut meta = Document::new();
+        meta.insert("code".into(), Value::String(self.code));
+        Record {
+            meta,
+            system: Some(system),
+            trajectory: Some(Trajectory {
+                schema: None,
+                frames,
+            }),
+        }
+    }
+}
+
+/// `C`, `H`, then the others alphabetically (Hill order).
+fn hill_formula(elements: &[usize]) -> String {
+    let mut counts = [0usize; ELEMENTS.len()];
+    for &e in elements {
+        counts[e] += 1;
+    }
+    let mut order: Vec<usize> = (0..ELEMENTS.len())
+        .filter(|&e| e != CARBON && e != HYDROGEN)
+        .collect();
+    order.sort_by_key(|&e| ELEMENTS[e].0);
+    let mut out = String::new();
+    for e in [CARBON, HYDROGEN].into_iter().chain(order) {
+        match counts[e] {
+            0 => {}
+            1 => out.push_str(ELEMENTS[e].0),
+            c => out.push_str(&format!("{}{c}", ELEMENTS[e].0)),
+        }
+    }
+    out
+}
+
+/// The one trajectory declaration: atoms x y z fx fy fz, per-step pe.
+fn sequence_schema() -> SequenceSchema {
+    let f64_col = || ColumnDecl {
+        dtype: DType::F64,
+        trailing: vec![],
+        nullable: false,
+        precision: None,
+    };
+    SequenceSchema {
+        blocks: BTreeMap::from([(
+            "atoms".to_string(),
+            BlockDecl {
+                columns: ["x", "y", "z", "fx", "fy", "fz"]
+                    .iter()
+                    .map(|c| (c.to_string(), f64_col()))
+                    .collect(),
+                ..BlockDecl::default()
+            },
+        )]),
+        meta: BTreeMap::from([(
+            "pe".to_string(),
+            MetaDecl {
+                tag: MetaTag::F64,
+                fill: None,
+            },
+        )]),
+    }
+}
+
+/// A permutation of `0..n` (Fisher-Yates), from the seed.
+fn shuffled(n: u64, seed: u64) -> Vec<u64> {
+    let mut order: Vec<u64> = (0..n).collect();
+    let mut rng = Rng(mix(seed ^ 0x5348_5546_464c_4521));
+    for i in (1..order.len()).rev() {
+        let j = rng.below(i as u64 + 1) as usize;
+        order.swap(i, j);
+    }
+    order
+}
+
+// ---------------------------------------------------------------------------
+// The peer format: ASE-LMDB rows
+// ---------------------------------------------------------------------------
+
+/// One row as ASE's LMDB backend stores it (a dict serialized by orjson,
+/// arrays as nested lists), before compression.
+#[derive(Serialize)]
+struct PeerRowOut<'a> {
+    numbers: Vec<u64>,
+    positions: Vec<[f64; 3]>,
+    cell: [[f64; 3]; 3],
+    pbc: [bool; 3],
+    ctime: f64,
+    mtime: f64,
+    user: &'a str,
+    unique_id: String,
+    calculator: &'a str,
+    energy: f64,
+    forces: Vec<[f64; 3]>,
+    key_value_pairs: PeerKeyValues<'a>,
+    data: BTreeMap<String, Value>,
+}
+
+#[derive(Serialize)]
+struct PeerKeyValues<'a> {
+    code: &'a str,
+    step: u64,
+}
+
+/// What a peer reader decodes (other keys are parsed and skipped).
+#[derive(Deserialize)]
+struct PeerRowIn {
+    numbers: Vec<u64>,
+    positions: Vec<[f64; 3]>,
+    forces: Vec<[f64; 3]>,
+    energy: f64,
+}
+
+/// The JSON rows of one molecule's frames, global ordinals from `first`.
+fn peer_rows(m: &Molecule, first: u64, mut emit: impl FnMut(u64, Vec<u8>)) {
+    let numbers: Vec<u64> = m.elements.iter().map(|&e| ELEMENTS[e].1).collect();
+    for (k, s) in m.frames.iter().enumerate() {
+        let j = first + k as u64;
+        let triples = |a: &[f64], b: &[f64], c: &[f64]| -> Vec<[f64; 3]> {
+            a.iter()
+                .zip(b)
+                .zip(c)
+                .map(|((&a, &b), &c)| [a, b, c])
+                .collect()
+        };
+        let row = PeerRowOut {
+            numbers: numbers.clone(),
+            positions: triples(&s.x, &s.y, &s.z),
+            cell: [[0.0; 3]; 3],
+            pbc: [false; 3],
+            ctime: 24.0 + j as f64 * 1e-6,
+            mtime: 24.0 + j as f64 * 1e-6,
+            user: "bench",
+            unique_id: format!("{:016x}{:016x}", mix(j), mix(!j)),
+            calculator: "unknown",
+            energy: s.pe,
+            forces: triples(&s.fx, &s.fy, &s.fz),
+            key_value_pairs: PeerKeyValues {
+                code: &m.code,
+                step: k as u64,
+            },
+            data: BTreeMap::new(),
+        };
+        // Serializing plain numbers and strings cannot fail.
+        let bytes = serde_json::to_vec(&row).unwrap_or_default();
+        emit(j, bytes);
+    }
+}
+
+/// zlib (RFC 1950) at the default level 6, as Python's `zlib.compress`.
+fn zlib_compress(bytes: &[u8]) -> Result<Vec<u8>> {
+    let mut e = flate2::write::ZlibEncoder::new(
+        Vec::with_capacity(bytes.len() / 2 + 64),
+        Compression::new(6),
+    );
+    e.write_all(bytes)?;
+    Ok(e.finish()?)
+}
+
+/// Inflates one whole zlib stream into `out` (cleared), reusing `d`.
+fn zlib_inflate(d: &mut Decompress, input: &[u8], out: &mut Vec<u8>) -> Result<()> {
+    d.reset(true);
+    out.clear();
+    loop {
+        if out.capacity() - out.len() < 4096 {
+            out.reserve(out.capacity().max(8192));
+        }
+        let consumed = d.total_in() as usize;
+        let produced = out.len();
+        let status = d
+            .decompress_vec(&input[consumed..], out, FlushDecompress::Finish)
+            .map_err(|e| Error::Lmdb(format!("peer row: {e}")))?;
+        match status {
+            Status::StreamEnd => return Ok(()),
+            _ if d.total_in() as usize == consumed && out.len() == produced => {
+                return Err(Error::Lmdb("peer row: truncated zlib stream".into()))
+            }
+            _ => {}
+        }
+    }
+}
+
+fn lmdb(e: heed::Error) -> Error {
+    match e {
+        heed::Error::Io(io) => Error::Io(io),
+        other => Error::Lmdb(other.to_string()),
+    }
+}
+
+/// A map size for reading a file of `size` bytes.
+fn map_size(size: u64) -> usize {
+    let mib = 1u64 << 20;
+    (size.saturating_add(mib).div_ceil(mib) * mib).max(16 * mib) as usize
+}
+
+type Db = Database<Bytes, Bytes>;
+
+/// Opens an LMDB file read-only, as any reader would.
+fn open_ro(path: &Path) -> Result<(Env<WithoutTls>, Db)> {
+    let size = std::fs::metadata(path)?.len();
+    let mut options = EnvOpenOptions::new().read_txn_without_tls();
+    options.map_size(map_size(size)).max_dbs(0);
+    // SAFETY: valid flags for a read-only open of a NO_SUB_DIR file.
+    unsafe { options.flags(EnvFlags::NO_SUB_DIR | EnvFlags::READ_ONLY) };
+    // SAFETY: nothing writes the file while this Env lives (the benchmark
+    // wrote it and closed its writer before).
+    let env = unsafe { options.open(path) }.map_err(lmdb)?;
+    let txn = env.read_txn().map_err(lmdb)?;
+    let db: Db = env
+        .open_database(&txn, None)
+        .map_err(lmdb)?
+        .ok_or_else(|| Error::Lmdb(format!("{}: no database", path.display())))?;
+    drop(txn);
+    Ok((env, db))
+}
+
+/// What writing the peer file cost.
+struct PeerWrite {
+    secs: f64,
+    json_bytes: u64,
+    file_bytes: u64,
+}
+
+/// Writes the same frames as ASE-LMDB rows: key = ASCII id (1-based), value
+/// = zlib(JSON), plus ASE's `nextid` key.
+fn write_peer(path: &Path, seed: u64, n_records: u64, bar: &ProgressBar) -> Result<PeerWrite> {
+    remove_lmdb(path);
+    let mut options = EnvOpenOptions::new();
+    options.map_size(1 << 40).max_dbs(0);
+    // SAFETY: valid flags for a writable NO_SUB_DIR environment.
+    unsafe { options.flags(EnvFlags::NO_SUB_DIR | EnvFlags::NO_SYNC) };
+    // SAFETY: a fresh file, written only through this Env.
+    let env = unsafe { options.open(path) }.map_err(lmdb)?;
+    let mut txn = env.write_txn().map_err(lmdb)?;
+    let db: Db = env.create_database(&mut txn, None).map_err(lmdb)?;
+    txn.commit().map_err(lmdb)?;
+    let start = Instant::now();
+    let mut batch: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut batch_bytes = 0usize;
+    let mut json_bytes = 0u64;
+    let mut first = 0u64;
+    let flush = |batch: &mut Vec<(Vec<u8>, Vec<u8>)>| -> Result<()> {
+        let mut txn = env.write_txn().map_err(lmdb)?;
+        for (k, v) in batch.iter() {
+            db.put(&mut txn, k, v).map_err(lmdb)?;
+        }
+        txn.commit().map_err(lmdb)?;
+        batch.clear();
+        Ok(())
+    };
+    let mut failure = None;
+    for r in 0..n_records {
+        let m = Molecule::generate(seed, r);
+        let n = m.frames.len() as u64;
+        peer_rows(&m, first, |j, row| {
+            json_bytes += row.len() as u64;
+            match zlib_compress(&row) {
+                Ok(value) => {
+                    batch_bytes += value.len();
+                    batch.push(((j + 1).to_string().into_bytes(), value));
+                }
+                Err(e) => failure = Some(e),
+            }
+        });
+        if let Some(e) = failure.take() {
+            return Err(e);
+        }
+        first += n;
+        if batch_bytes >= 32 << 20 {
+            flush(&mut batch)?;
+            batch_bytes = 0;
+        }
+        bar.inc(1);
+    }
+    let next_id = serde_json::to_vec(&json!(first + 1)).unwrap_or_default();
+    batch.push((b"nextid".to_vec(), zlib_compress(&next_id)?));
+    flush(&mut batch)?;
+    env.force_sync().map_err(lmdb)?;
+    let secs = start.elapsed().as_secs_f64();
+    env.prepare_for_closing().wait();
+    Ok(PeerWrite {
+        secs,
+        json_bytes,
+        file_bytes: std::fs::metadata(path)?.len(),
+    })
+}
+
+/// Removes an LMDB file and its lock file, if present.
+fn remove_lmdb(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    let mut lock = path.as_os_str().to_owned();
+    lock.push("-lock");
+    let _ = std::fs::remove_file(PathBuf::from(lock));
+}
+
+// ---------------------------------------------------------------------------
+// Measurement
+// ---------------------------------------------------------------------------
+
+/// Seconds of the timed passes.
+#[derive(Clone, Debug)]
+struct Timing {
+    secs: Vec<f64>,
+}
+
+impl Timing {
+    fn sorted(&self) -> Vec<f64> {
+        let mut s = self.secs.clone();
+        s.sort_by(f64::total_cmp);
+        s
+    }
+
+    fn median(&self) -> f64 {
+        let s = self.sorted();
+        let m = s.len() / 2;
+        if s.len() % 2 == 1 {
+            s[m]
+        } else {
+            (s[m - 1] + s[m]) / 2.0
+        }
+    }
+
+    fn min(&self) -> f64 {
+        self.sorted()[0]
+    }
+
+    fn max(&self) -> f64 {
+        *self.sorted().last().unwrap_or(&0.0)
+    }
+
+    /// `units` per second: median, min (slowest pass), max (fastest pass).
+    fn rate(&self, units: u64) -> Spread {
+        let u = units as f64;
+        Spread {
+            median: u / self.median(),
+            min: u / self.max(),
+            max: u / self.min(),
+        }
+    }
+
+    fn json(&self, units: u64, unit: &str) -> Value {
+        let r = self.rate(units);
+        json!({
+            unit: {"median": r.median, "min": r.min, "max": r.max},
+            "secs": {"median": self.median(), "min": self.min(), "max": self.max(),
+                     "passes": self.secs},
+        })
+    }
+}
+
+/// A figure with its spread.
+#[derive(Clone, Copy, Debug)]
+struct Spread {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Spread {
+    fn json(&self) -> Value {
+        json!({"median": self.median, "min": self.min, "max": self.max})
+    }
+}
+
+/// Time ratio a/b of two timings: median over median, and the widest range
+/// the passes allow (they are not paired).
+fn time_ratio(a: &Timing, b: &Timing) -> Spread {
+    Spread {
+        median: a.median() / b.median(),
+        min: a.min() / b.max(),
+        max: a.max() / b.min(),
+    }
+}
+
+/// One warm-up pass, then `passes` timed passes.
+fn measure<T>(passes: usize, mut pass: impl FnMut() -> Result<T>) -> Result<(Timing, T)> {
+    let mut last = pass()?;
+    let mut secs = Vec::with_capacity(passes);
+    for _ in 0..passes {
+        let start = Instant::now();
+        last = black_box(pass()?);
+        secs.push(start.elapsed().as_secs_f64());
+    }
+    Ok((Timing { secs }, last))
+}
+
+/// What a views pass saw.
+#[derive(Clone, Copy, Debug, Default)]
+struct ViewTally {
+    frames: u64,
+    /// f64 columns viewed in place.
+    views: u64,
+    /// f64 columns whose address was not 8-aligned: copied by `to_column`.
+    fallbacks: u64,
+    sum_x: f64,
+}
+
+impl ViewTally {
+    fn add(self, o: ViewTally) -> ViewTally {
+        ViewTally {
+            frames: self.frames + o.frames,
+            views: self.views + o.views,
+            fallbacks: self.fallbacks + o.fallbacks,
+            sum_x: self.sum_x + o.sum_x,
+        }
+    }
+}
+
+/// (2): every record of `order` resolved into owned arrays.
+fn owned_pass(txn: &RecordTxn<'_>, order: &[u64]) -> Result<u64> {
+    let mut frames = 0u64;
+    for &r in order {
+        let record = txn.record(r)?;
+        frames += record
+            .trajectory
+            .as_ref()
+            .map_or(0, |t| t.frames.len() as u64);
+        black_box(&record);
+    }
+    Ok(frames)
+}
+
+/// (3): the record's meta and system (owned: there is no view of a system),
+/// then every frame through `for_each_frame`, every f64 column viewed in
+/// place (or copied when its address is not 8-aligned), x summed.
+fn views_pass(txn: &RecordTxn<'_>, order: &[u64]) -> Result<ViewTally> {
+    let mut t = ViewTally::default();
+    for &r in order {
+        black_box(txn.record_meta(r)?);
+        black_box(txn.system(r)?);
+        txn.for_each_frame(r, |view| {
+            for block in view.blocks.values() {
+                for (name, col) in &block.columns {
+                    if col.dtype != DType::F64 {
+                        continue;
+                    }
+                    match col.f64_view() {
+                        Some(v) => {
+                            t.views += 1;
+                            if name == "x" {
+                                t.sum_x += v.iter().sum::<f64>();
+                            } else {
+                                black_box(v);
+                            }
+                        }
+                        None => {
+                            t.fallbacks += 1;
+                            let c = col.to_column()?;
+                            if let (true, ColumnData::F64(v)) = (name == "x", &c.data) {
+                                t.sum_x += v.iter().sum::<f64>();
+                            }
+                            black_box(c);
+                        }
+                    }
+                }
+            }
+            t.frames += 1;
+            Ok(())
+        })?;
+    }
+    Ok(t)
+}
+
+/// (7): the views pass on two threads, one shared reader, disjoint halves.
+fn two_thread_pass(reader: &Reader, order: &[u64]) -> Result<ViewTally> {
+    let (a, b) = order.split_at(order.len() / 2);
+    std::thread::scope(|s| {
+        let other = s.spawn(|| views_pass(&reader.txn()?, b));
+        let mine = views_pass(&reader.txn()?, a);
+        let theirs = other
+            .join()
+            .map_err(|_| Error::Lmdb("reader thread panicked".into()))?;
+        Ok(mine?.add(theirs?))
+    })
+}
+
+/// (6): records with at most 20 atoms (binding index), and records holding
+/// S or Cl with at most 12 heavy atoms (own index columns).
+fn index_pass(reader: &Reader) -> Result<(u64, u64)> {
+    let small = reader.atom_counts().iter().filter(|&&n| n <= 20).count() as u64;
+    let columns = reader.index_columns()?;
+    let u64s = |name: &str| {
+        columns
+            .get(name)
+            .and_then(|c| c.data.as_u64())
+            .ok_or_else(|| Error::Lmdb(format!("own index column `{name}` missing")))
+    };
+    let mask = u64s("element_mask")?;
+    let heavy = u64s("heavy_atoms")?;
+    let s_or_cl = (1u64 << 16) | (1u64 << 17);
+    let hits = mask
+        .iter()
+        .zip(heavy)
+        .filter(|&(&m, &h)| m & s_or_cl != 0 && h <= 12)
+        .count() as u64;
+    Ok((small, hits))
+}
+
+/// (4): the record's meta key, system key and frame key range, copied into
+/// one buffer, nothing decoded. Returns bytes copied.
+fn raw_pass(
+    env: &Env<WithoutTls>,
+    db: &Db,
+    order: &[u64],
+    first: &[u64],
+    counts: &[u64],
+) -> Result<u64> {
+    let txn = env.read_txn().map_err(lmdb)?;
+    let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
+    let mut bytes = 0u64;
+    for &r in order {
+        buf.clear();
+        if let Some(v) = db.get(&txn, &record_key(r)).map_err(lmdb)? {
+            buf.extend_from_slice(v);
+        }
+        if let Some(v) = db.get(&txn, &system_key(r)).map_err(lmdb)? {
+            buf.extend_from_slice(v);
+        }
+        let (f, n) = (first[r as usize], counts[r as usize]);
+        let (lo, hi) = (frame_key(f), frame_key(f + n));
+        let range = (Bound::Included(&lo[..]), Bound::Excluded(&hi[..]));
+        for item in db.range(&txn, &range).map_err(lmdb)? {
+            let (_, v) = item.map_err(lmdb)?;
+            buf.extend_from_slice(v);
+        }
+        bytes += buf.len() as u64;
+        black_box(&buf);
+    }
+    Ok(bytes)
+}
+
+/// (5): the same frames from the peer file: get, inflate, parse.
+fn peer_pass(
+    env: &Env<WithoutTls>,
+    db: &Db,
+    order: &[u64],
+    first: &[u64],
+    counts: &[u64],
+) -> Result<(u64, f64)> {
+    let txn = env.read_txn().map_err(lmdb)?;
+    let mut inflate = Decompress::new(true);
+    let mut json_buf = Vec::with_capacity(1 << 16);
+    let mut key = String::new();
+    let (mut frames, mut sum_x) = (0u64, 0.0f64);
+    for &r in order {
+        let f = first[r as usize];
+        for j in f..f + counts[r as usize] {
+            key.clear();
+            std::fmt::Write::write_fmt(&mut key, format_args!("{}", j + 1))
+                .map_err(|e| Error::Lmdb(e.to_string()))?;
+            let value = db
+                .get(&txn, key.as_bytes())
+                .map_err(lmdb)?
+                .ok_or_else(|| Error::Lmdb(format!("peer row {key} missing")))?;
+            zlib_inflate(&mut inflate, value, &mut json_buf)?;
+            let row: PeerRowIn = serde_json::from_slice(&json_buf)
+                .map_err(|e| Error::Lmdb(format!("peer row {key}: {e}")))?;
+            sum_x += row.positions.iter().map(|p| p[0]).sum::<f64>();
+            black_box((&row.numbers, &row.forces, row.energy));
+            frames += 1;
+        }
+    }
+    Ok((frames, sum_x))
+}
+
+// ---------------------------------------------------------------------------
+// Memory and machine
+// ---------------------------------------------------------------------------
+
+/// Resident memory of this process, from /proc/self/status (bytes).
+#[derive(Clone, Copy, Debug, Default)]
+struct Mem {
+    rss: u64,
+    hwm: u64,
+    anon: u64,
+    file: u64,
+}
+
+fn mem() -> Mem {
+    let text = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let mut m = Mem::default();
+    for line in text.lines() {
+        let Some((key, rest)) = line.split_once(':') else {
+            continue;
+        };
+        let kb = rest
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse::<u64>()
+            .unwrap_or(0)
+            * 1024;
+        match key {
+            "VmRSS" => m.rss = kb,
+            "VmHWM" => m.hwm = kb,
+            "RssAnon" => m.anon = kb,
+            "RssFile" => m.file = kb,
+            _ => {}
+        }
+    }
+    m
+}
+
+fn machine() -> Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|r| r.trim_start_matches([' ', '\t', ':']))
+        })
+        .unwrap_or("unknown")
+        .to_string();
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mem_bytes = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024);
+    json!({
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "cpu": cpu,
+        "memory_bytes": mem_bytes,
+        "os": std::env::consts::OS,
+        "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_string()).ok(),
+        "release_build": !cfg!(debug_assertions),
+    })
+}
+
+// ---------------------------------------------------------------------------
+// The run
+// ---------------------------------------------------------------------------
+
+/// Deletes what the run created unless asked to keep it.
+struct Cleanup {
+    files: Vec<PathBuf>,
+    dir: Option<PathBuf>,
+    keep: bool,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
+        for f in &self.files {
+            remove_lmdb(f);
+        }
+        if let Some(d) = &self.dir {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+fn bar(progress: bool, len: u64, prefix: &'static str) -> ProgressBar {
+    if !progress {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(len).with_prefix(prefix);
+    if let Ok(style) = ProgressStyle::with_template(
+        "{prefix:>12} [{bar:32}] {pos}/{len} records  {msg}  {elapsed_precise} (eta {eta})",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
+/// Runs the whole benchmark and returns its figures.
+pub fn run(opts: &BenchOptions) -> Result<Report> {
+    if opts.records == 0 || opts.passes == 0 {
+        return Err(Error::Io(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "--records and --passes must be at least 1",
+        )));
+    }
+    let say = |s: String| {
+        if opts.progress {
+            eprintln!("{s}");
+        }
+    };
+    let (dir, temp) = match &opts.dir {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            (d.clone(), false)
+        }
+        None => {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0);
+            let d = std::env::temp_dir().join(format!("mrec-bench-{}-{nanos}", std::process::id()));
+            std::fs::create_dir_all(&d)?;
+            (d, true)
+        }
+    };
+    let path = dir.join("bench.mrec.lmdb");
+    let peer_path = dir.join("peer.ase.lmdb");
+    let _cleanup = Cleanup {
+        files: vec![path.clone(), peer_path.clone()],
+        dir: temp.then(|| dir.clone()),
+        keep: opts.keep,
+    };
+    let n = opts.records;
+    let seed = opts.seed;
+
+    // (1) Write, one record at a time.
+    let mut collection_meta = Document::new();
+    collection_meta.insert(
+        "units".into(),
+        json!({"length": "angstrom", "energy": "kcal/mol", "force": "kcal/mol/angstrom"}),
+    );
+    collection_meta.insert(
+        "source".into(),
+        json!(format!("mrec bench, seed {seed}, {n} records")),
+    );
+    let header = Header {
+        meta: collection_meta,
+        sequence_schema: Some(sequence_schema()),
+        forcefield: None,
+    };
+    let mem_before = mem();
+    let wall = Instant::now();
+    let mut writer_secs = 0.0f64;
+    let t = Instant::now();
+    let mut writer = Writer::create(
+        &path,
+        header,
+        WriterOptions {
+            overwrite: true,
+            ..WriterOptions::default()
+        },
+    )?;
+    writer_secs += t.elapsed().as_secs_f64();
+    let mem_start = mem();
+    let mut samples: Vec<(u64, Mem)> = vec![(0, mem_start)];
+    let mut max_rss = mem_start.rss;
+    let mut max_anon = mem_start.anon;
+    let sample_every = (n / 100).max(1);
+    let mut codes = Vec::with_capacity(n as usize);
+    let mut masks = Vec::with_capacity(n as usize);
+    let mut heavy = Vec::with_capacity(n as usize);
+    let (mut payload, mut atom_frames) = (0u64, 0u64);
+    let write_bar = bar(opts.progress, n, "write mrec");
+    for r in 0..n {
+        let m = Molecule::generate(seed, r);
+        payload += m.payload_bytes();
+        atom_frames += (m.n_atoms() * m.frames.len()) as u64;
+        codes.push(m.code.clone());
+        masks.push(m.element_mask());
+        heavy.push(m.heavy_atoms());
+        let record = m.into_record();
+        let t = Instant::now();
+        writer.append(record)?;
+        writer_secs += t.elapsed().as_secs_f64();
+        if (r + 1) % sample_every == 0 {
+            let m = mem();
+            max_rss = max_rss.max(m.rss);
+            max_anon = max_anon.max(m.anon);
+            samples.push((r + 1, m));
+        }
+        write_bar.inc(1);
+        if r % 64 == 0 {
+            write_bar.set_message(format!("{} frames", thousands(writer.frames())));
+        }
+    }
+    let n_frames = writer.frames();
+    let index = BTreeMap::from([
+        (
+            "code".to_string(),
+            Column::new(vec![n], ColumnData::String(codes)),
+        ),
+        (
+            "element_mask".to_string(),
+            Column::new(vec![n], ColumnData::U64(masks)),
+        ),
+        (
+            "heavy_atoms".to_string(),
+            Column::new(vec![n], ColumnData::U64(heavy)),
+        ),
+    ]);
+    let t = Instant::now();
+    writer.finish(index)?;
+    writer_secs += t.elapsed().as_secs_f64();
+    let write_wall = wall.elapsed().as_secs_f64();
+    write_bar.finish_and_clear();
+    let mem_end = mem();
+    max_rss = max_rss.max(mem_end.rss);
+    max_anon = max_anon.max(mem_end.anon);
+    samples.push((n, mem_end));
+    let file_bytes = std::fs::metadata(&path)?.len();
+    say(format!(
+        "wrote {} records, {} frames in {:.2} s ({:.2} s in the writer) to {}",
+        thousands(n),
+        thousands(n_frames),
+        write_wall,
+        writer_secs,
+        path.display()
+    ));
+
+    // The peer file: the same frames as ASE-LMDB rows.
+    let peer_bar = bar(opts.progress, n, "write peer");
+    let peer_write = write_peer(&peer_path, seed, n, &peer_bar)?;
+    peer_bar.finish_and_clear();
+    say(format!(
+        "wrote the peer file ({} bytes) in {:.2} s",
+        thousands(peer_write.file_bytes),
+        peer_write.secs
+    ));
+
+    let order = shuffled(n, seed);
+    let reader = Reader::open(&path)?;
+    let counts: Vec<u64> = (0..n)
+        .map(|r| reader.record_frames(r).unwrap_or(0))
+        .collect();
+    let first: Vec<u64> = counts
+        .iter()
+        .scan(0u64, |s, &c| {
+            let f = *s;
+            *s += c;
+            Some(f)
+        })
+        .collect();
+    let passes = opts.passes;
+    let phase = |what: &str| say(format!("measuring {what}: 1 warm-up + {passes} passes"));
+
+    phase("(6) index query");
+    let (index_t, (small, hits)) = measure(passes, || index_pass(&reader))?;
+    phase("(2) read, owned");
+    let (owned_t, owned_frames) = measure(passes, || owned_pass(&reader.txn()?, &order))?;
+    phase("(3) read, views");
+    let (views_t, views_tally) = measure(passes, || views_pass(&reader.txn()?, &order))?;
+    phase("(7) two threads, views");
+    let (threads_t, threads_tally) = measure(passes, || two_thread_pass(&reader, &order))?;
+    drop(reader);
+
+    phase("(4) raw LMDB baseline");
+    let (env, db) = open_ro(&path)?;
+    let (raw_t, raw_bytes) = measure(passes, || raw_pass(&env, &db, &order, &first, &counts))?;
+    drop(env);
+    phase("(5) peer baseline");
+    let (peer_env, peer_db) = open_ro(&peer_path)?;
+    let (peer_t, (peer_frames, peer_sum_x)) = measure(passes, || {
+        peer_pass(&peer_env, &peer_db, &order, &first, &counts)
+    })?;
+    drop(peer_env);
+    let mem_final = mem();
+
+    for (what, got) in [
+        ("owned", owned_frames),
+        ("views", views_tally.frames),
+        ("two threads", threads_tally.frames),
+        ("peer", peer_frames),
+    ] {
+        if got != n_frames {
+            return Err(Error::Lmdb(format!(
+                "the {what} pass read {got} frames, the file has {n_frames}"
+            )));
+        }
+    }
+    if (views_tally.sum_x - peer_sum_x).abs() > 1e-6 * (1.0 + peer_sum_x.abs()) {
+        return Err(Error::Lmdb(format!(
+            "views and peer disagree on the sum of x: {} vs {peer_sum_x}",
+            views_tally.sum_x
+        )));
+    }
+
+    let figures = Figures {
+        opts: opts.clone(),
+        dir,
+        temp,
+        n_records: n,
+        n_frames,
+        atom_frames,
+        payload,
+        file_bytes,
+        writer_secs,
+        write_wall,
+        mem_before,
+        mem_start,
+        mem_end,
+        max_rss,
+        max_anon,
+        samples,
+        peer_write,
+        owned: owned_t,
+        views: views_t,
+        views_tally,
+        raw: raw_t,
+        raw_bytes,
+        peer: peer_t,
+        index: index_t,
+        index_hits: (small, hits),
+        threads: threads_t,
+        mem_final,
+    };
+    Ok(figures.report())
+}
+
+/// Everything measured, before formatting.
+struct Figures {
+    opts: BenchOptions,
+    dir: PathBuf,
+    temp: bool,
+    n_records: u64,
+    n_frames: u64,
+    atom_frames: u64,
+    payload: u64,
+    file_bytes: u64,
+    writer_secs: f64,
+    write_wall: f64,
+    mem_before: Mem,
+    mem_start: Mem,
+    mem_end: Mem,
+    max_rss: u64,
+    max_anon: u64,
+    samples: Vec<(u64, Mem)>,
+    peer_write: PeerWrite,
+    owned: Timing,
+    views: Timing,
+    views_tally: ViewTally,
+    raw: Timing,
+    raw_bytes: u64,
+    peer: Timing,
+    index: Timing,
+    index_hits: (u64, u64),
+    threads: Timing,
+    mem_final: Mem,
+}
+
+/// One line of the table.
+struct Row {
+    label: String,
+    median: String,
+    min: String,
+    max: String,
+    target: String,
+    met: Option<bool>,
+}
+
+fn row(label: &str, median: String, min: String, max: String) -> Row {
+    Row {
+        label: label.to_string(),
+        median,
+        min,
+        max,
+        target: String::new(),
+        met: None,
+    }
+}
+
+impl Row {
+    fn target(mut self, target: &str, met: bool) -> Row {
+        self.target = target.to_string();
+        self.met = Some(met);
+        self
+    }
+}
+
+fn thousands(v: u64) -> String {
+    let s = v.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn rate(v: f64) -> String {
+    thousands(v.round() as u64)
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+}
+
+fn signed_mib(delta: i64) -> String {
+    format!("{:+.1} MiB", delta as f64 / (1u64 << 20) as f64)
+}
+
+fn times(v: f64) -> String {
+    format!("{v:.2}x")
+}
+
+impl Figures {
+    fn report(&self) -> Report {
+        let n_frames = self.n_frames;
+        let owned = self.owned.rate(n_frames);
+        let views = self.views.rate(n_frames);
+        let raw = self.raw.rate(n_frames);
+        let peer = self.peer.rate(n_frames);
+        let threads = self.threads.rate(n_frames);
+        let index = self.index.rate(self.n_records);
+        let write_rate = n_frames as f64 / self.writer_secs;
+        let file_ratio = self.file_bytes as f64 / self.payload as f64;
+        let owned_raw = time_ratio(&self.owned, &self.raw);
+        let views_raw = time_ratio(&self.views, &self.raw);
+        // Speed ratios: (a frames/s) / (b frames/s) = time(b) / time(a).
+        let owned_peer = time_ratio(&self.peer, &self.owned);
+        let views_peer = time_ratio(&self.peer, &self.views);
+        let threads_owned = time_ratio(&self.owned, &self.threads);
+        let threads_views = time_ratio(&self.views, &self.threads);
+        let rss_growth = self.mem_end.rss as i64 - self.mem_start.rss as i64;
+        let anon_growth = self.max_anon as i64 - self.mem_start.anon as i64;
+        let tally = self.views_tally;
+        let f64_columns = tally.views + tally.fallbacks;
+        let fallback_share = tally.fallbacks as f64 / f64_columns.max(1) as f64;
+
+        let r3 = |s: Spread, f: fn(f64) -> String| (f(s.median), f(s.min), f(s.max));
+        let mut rows = Vec::new();
+        let dash = || "-".to_string();
+        rows.push(
+            row(
+                "(1) write (Writer::append + finish)",
+                format!("{} frames/s", rate(write_rate)),
+                "single run".into(),
+                dash(),
+            )
+            .target(">= 500,000 frames/s", write_rate >= 500_000.0),
+        );
+        rows.push(row(
+            "    write incl. generating the records",
+            format!("{} frames/s", rate(n_frames as f64 / self.write_wall)),
+            "single run".into(),
+            dash(),
+        ));
+        rows.push(row(
+            "    peak resident memory (VmHWM)",
+            mib(self.mem_end.hwm),
+            dash(),
+            dash(),
+        ));
+        rows.push(row(
+            "    RSS during write: start -> end (max)",
+            format!("{} -> {}", mib(self.mem_start.rss), mib(self.mem_end.rss)),
+            format!("growth {}", signed_mib(rss_growth)),
+            format!("max {}", mib(self.max_rss)),
+        ));
+        rows.push(row(
+            "    anonymous RSS: start -> max",
+            format!("{} -> {}", mib(self.mem_start.anon), mib(self.max_anon)),
+            format!("growth {}", signed_mib(anon_growth)),
+            dash(),
+        ));
+        rows.push(
+            row(
+                "    file size / raw payload",
+                times(file_ratio),
+                mib(self.file_bytes),
+                format!("payload {}", mib(self.payload)),
+            )
+            .target("<= 1.25x", file_ratio <= 1.25),
+        );
+        let (m, lo, hi) = r3(owned, rate);
+        rows.push(
+            row("(2) read shuffled, owned (frames/s)", m, lo, hi)
+                .target(">= 1,000,000 frames/s", owned.median >= 1e6),
+        );
+        let (m, lo, hi) = r3(views, rate);
+        rows.push(row("(3) read shuffled, views (frames/s)", m, lo, hi));
+        rows.push(row(
+            "    f64 columns viewed / copied (unaligned)",
+            thousands(tally.views),
+            thousands(tally.fallbacks),
+            format!("{:.1}% copied", 100.0 * fallback_share),
+        ));
+        let (m, lo, hi) = r3(raw, rate);
+        rows.push(row("(4) raw LMDB values, heed (frames/s)", m, lo, hi));
+        let (m, lo, hi) = r3(owned_raw, times);
+        rows.push(row("    time (2)/(4)", m, lo, hi).target("<= 3x", owned_raw.median <= 3.0));
+        let (m, lo, hi) = r3(views_raw, times);
+        rows.push(row("    time (3)/(4)", m, lo, hi));
+        let (m, lo, hi) = r3(peer, rate);
+        rows.push(row("(5) peer: ASE-LMDB zlib JSON (frames/s)", m, lo, hi));
+        rows.push(row(
+            "    peer file size / ours",
+            mib(self.peer_write.file_bytes),
+            times(self.peer_write.file_bytes as f64 / self.file_bytes as f64),
+            format!("json {}", mib(self.peer_write.json_bytes)),
+        ));
+        let (m, lo, hi) = r3(owned_peer, times);
+        rows.push(row("    speed (2)/(5)", m, lo, hi).target(">= 30x", owned_peer.median >= 30.0));
+        let (m, lo, hi) = r3(views_peer, times);
+        rows.push(row("    speed (3)/(5)", m, lo, hi));
+        let (m, lo, hi) = r3(index, rate);
+        rows.push(row("(6) index query (records/s)", m, lo, hi));
+        rows.push(row(
+            "    matches: <= 20 atoms / S|Cl, <= 12 heavy",
+            thousands(self.index_hits.0),
+            thousands(self.index_hits.1),
+            dash(),
+        ));
+        let (m, lo, hi) = r3(threads, rate);
+        rows.push(row("(7) two threads, views (frames/s)", m, lo, hi));
+        let (m, lo, hi) = r3(threads_owned, times);
+        rows.push(
+            row("    speed (7)/(2)", m, lo, hi).target(">= 1.7x", threads_owned.median >= 1.7),
+        );
+        let (m, lo, hi) = r3(threads_views, times);
+        rows.push(row(
+            "    speed (7)/(3) (scaling of the views path)",
+            m,
+            lo,
+            hi,
+        ));
+
+        let machine = machine();
+        let mut table = String::new();
+        let cores = machine["cores"].as_u64().unwrap_or(1);
+        table.push_str(&format!(
+            "mrec bench: {} records, {} frames ({:.1} frames/record, {:.1} atoms/frame), seed {}\n",
+            thousands(self.n_records),
+            thousands(n_frames),
+            n_frames as f64 / self.n_records as f64,
+            self.atom_frames as f64 / n_frames as f64,
+            self.opts.seed
+        ));
+        table.push_str(&format!(
+            "machine: {cores} cores, {}, {}{}\n",
+            machine["cpu"].as_str().unwrap_or("?"),
+            machine["memory_bytes"]
+                .as_u64()
+                .map_or("?".into(), |b| format!(
+                    "{:.1} GiB RAM",
+                    b as f64 / (1u64 << 30) as f64
+                )),
+            if cfg!(debug_assertions) {
+                "  ** DEBUG BUILD: figures are not meaningful **"
+            } else {
+                ""
+            }
+        ));
+        table.push_str(&format!(
+            "reads: median of {} passes after 1 warm-up pass (min/max = slowest/fastest pass); \
+             page cache warm (files just written, then read in the warm-up pass)\n",
+            self.opts.passes
+        ));
+        table.push_str(&format!(
+            "files: {}{}\n\n",
+            self.dir.display(),
+            if self.opts.keep {
+                " (kept)"
+            } else if self.temp {
+                " (temporary, deleted)"
+            } else {
+                " (files deleted)"
+            }
+        ));
+        let head = ["figure", "median", "min", "max", "target", ""];
+        let cells: Vec<[String; 6]> = rows
+            .iter()
+            .map(|r| {
+                [
+                    r.label.clone(),
+                    r.median.clone(),
+                    r.min.clone(),
+                    r.max.clone(),
+                    r.target.clone(),
+                    match r.met {
+                        Some(true) => "✓".into(),
+                        Some(false) => "✗".into(),
+                        None => String::new(),
+                    },
+                ]
+            })
+            .collect();
+        let width = |i: usize| {
+            cells
+                .iter()
+                .map(|c| c[i].chars().count())
+                .chain([head[i].len()])
+                .max()
+                .unwrap_or(0)
+        };
+        let widths: Vec<usize> = (0..6).map(width).collect();
+        let line = |c: [&str; 6]| {
+            let pad = |s: &str, w: usize, right: bool| {
+                let fill = " ".repeat(w.saturating_sub(s.chars().count()));
+                if right {
+                    format!("{fill}{s}")
+                } else {
+                    format!("{s}{fill}")
+                }
+            };
+            format!(
+                "{}  {}  {}  {}  {}  {}",
+                pad(c[0], widths[0], false),
+                pad(c[1], widths[1], true),
+                pad(c[2], widths[2], true),
+                pad(c[3], widths[3], true),
+                pad(c[4], widths[4], false),
+                c[5]
+            )
+            .trim_end()
+            .to_string()
+        };
+        table.push_str(&line(head));
+        table.push('\n');
+        for c in &cells {
+            table.push_str(&line([&c[0], &c[1], &c[2], &c[3], &c[4], &c[5]]));
+            table.push('\n');
+        }
+
+        let targets: Vec<Value> = rows
+            .iter()
+            .filter_map(|r| {
+                r.met.map(|met| {
+                    json!({"figure": r.label.trim(), "measured": r.median, "target": r.target,
+                           "met": met})
+                })
+            })
+            .collect();
+        let mem_json =
+            |m: &Mem| json!({"rss": m.rss, "hwm": m.hwm, "anon": m.anon, "file": m.file});
+        let json = json!({
+            "tool": "mrec bench",
+            "version": crate::VERSION,
+            "params": {
+                "records": self.n_records, "seed": self.opts.seed, "passes": self.opts.passes,
+                "warmup_passes": 1, "dir": self.dir.display().to_string(),
+                "kept": self.opts.keep,
+            },
+            "machine": machine,
+            "page_cache": "warm: the files were just written, then read once in the warm-up pass",
+            "workload": {
+                "records": self.n_records,
+                "frames": n_frames,
+                "frames_per_record": n_frames as f64 / self.n_records as f64,
+                "atoms_per_frame": self.atom_frames as f64 / n_frames as f64,
+                "payload_bytes": self.payload,
+            },
+            "write": {
+                "frames_per_s": write_rate,
+                "writer_secs": self.writer_secs,
+                "frames_per_s_with_generation": n_frames as f64 / self.write_wall,
+                "wall_secs_with_generation": self.write_wall,
+                "peak_rss_bytes_vmhwm": self.mem_end.hwm,
+                "rss_before_writer": mem_json(&self.mem_before),
+                "rss_start": mem_json(&self.mem_start),
+                "rss_end": mem_json(&self.mem_end),
+                "rss_max_bytes": self.max_rss,
+                "rss_growth_bytes": rss_growth,
+                "anon_max_bytes": self.max_anon,
+                "anon_growth_bytes": anon_growth,
+                "rss_samples": self.samples.iter().map(|(r, m)| json!({
+                    "records": r, "rss": m.rss, "anon": m.anon, "file": m.file,
+                })).collect::<Vec<_>>(),
+                "file_bytes": self.file_bytes,
+                "payload_bytes": self.payload,
+                "file_over_payload": file_ratio,
+            },
+            "read_owned": self.owned.json(n_frames, "frames_per_s"),
+            "read_views": {
+                "timing": self.views.json(n_frames, "frames_per_s"),
+                "f64_views": tally.views,
+                "f64_fallbacks_to_column": tally.fallbacks,
+                "fallback_share": fallback_share,
+            },
+            "raw_baseline": {
+                "timing": self.raw.json(n_frames, "frames_per_s"),
+                "bytes_per_pass": self.raw_bytes,
+            },
+            "peer_baseline": {
+                "timing": self.peer.json(n_frames, "frames_per_s"),
+                "file_bytes": self.peer_write.file_bytes,
+                "json_bytes": self.peer_write.json_bytes,
+                "write_secs": self.peer_write.secs,
+            },
+            "index_query": {
+                "timing": self.index.json(self.n_records, "records_per_s"),
+                "matches_at_most_20_atoms": self.index_hits.0,
+                "matches_s_or_cl_at_most_12_heavy": self.index_hits.1,
+            },
+            "two_threads_views": self.threads.json(n_frames, "frames_per_s"),
+            "ratios": {
+                "time_owned_over_raw": owned_raw.json(),
+                "time_views_over_raw": views_raw.json(),
+                "speed_owned_over_peer": owned_peer.json(),
+                "speed_views_over_peer": views_peer.json(),
+                "speed_two_threads_over_owned": threads_owned.json(),
+                "speed_two_threads_over_views": threads_views.json(),
+                "file_over_payload": file_ratio,
+                "peer_file_over_ours": self.peer_write.file_bytes as f64 / self.file_bytes as f64,
+            },
+            "targets": targets,
+            "final_rss": mem_json(&self.mem_final),
+        });
+        Report { json, table }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generator_is_deterministic_and_seed_shaped() {
+        let a = Molecule::generate(7, 3);
+        let b = Molecule::generate(7, 3);
+        assert_eq!(a.code, b.code);
+        assert_eq!(a.frames[0].x, b.frames[0].x);
+        let (mut atoms, mut frames) = (0usize, 0usize);
+        for r in 0..2000 {
+            let m = Molecule::generate(1, r);
+            assert!((10..=60).contains(&m.n_atoms()));
+            assert!((1..=48).contains(&m.frames.len()));
+            assert_eq!(m.bonds.len(), m.n_atoms() - 1);
+            assert!(m.frames.windows(2).all(|w| w[1].pe < w[0].pe));
+            assert!(m.frames.iter().all(|f| (-1000.0..=-100.0).contains(&f.pe)));
+            atoms += m.n_atoms();
+            frames += m.frames.len();
+        }
+        let mean_atoms = atoms as f64 / 2000.0;
+        let mean_frames = frames as f64 / 2000.0;
+        assert!((27.0..33.0).contains(&mean_atoms), "{mean_atoms}");
+        assert!((22.0..27.0).contains(&mean_frames), "{mean_frames}");
+    }
+
+    #[test]
+    fn hill_formula_orders_c_h_then_alphabetical() {
+        assert_eq!(hill_formula(&[1, 1, 0, 0, 0, 6, 3]), "C2H3ClO");
+    }
+
+    #[test]
+    fn zlib_round_trip() {
+        let data = br#"{"numbers": [1, 6], "energy": -1.5}"#.repeat(50);
+        let z = zlib_compress(&data).unwrap();
+        let mut out = Vec::new();
+        zlib_inflate(&mut Decompress::new(true), &z, &mut out).unwrap();
+        assert_eq!(out, data);
+    }
+
+    #[test]
+    fn small_run_completes() {
+        let dir = std::env::temp_dir().join(format!("mrec-bench-test-{}", std::process::id()));
+        let report = run(&BenchOptions {
+            records: 40,
+            passes: 1,
+            dir: Some(dir.clone()),
+            progress: false,
+            ..BenchOptions::default()
+        })
+        .unwrap();
+        assert!(report.table().contains("(7) two threads"));
+        assert_eq!(report.json()["workload"]["records"], 40);
+        assert!(!dir.join("bench.mrec.lmdb").exists());
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
