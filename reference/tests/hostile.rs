@@ -533,18 +533,17 @@ fn expect_file(name: &str, path: &Path, clause: Clause) {
 /// `count` rows declared (buffers hold what the slices hold).
 fn index_value(count: u64, first: &[u64], n: &[u64], atoms: &[u64], traj: &[bool]) -> Vec<u8> {
     let mut payload = Vec::new();
-    let mut column = |dtype: &str, bytes: Vec<u8>, rows: usize| {
+    let mut column = |dtype: &str, bytes: Vec<u8>| {
         let offset = payload.len();
         payload.extend_from_slice(&bytes);
         payload.resize(payload.len().next_multiple_of(8), 0);
-        let _ = rows;
         json!({"dtype": dtype, "shape": [count], "offset": offset})
     };
     let u64s = |v: &[u64]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-    let first_c = column("u64", u64s(first), first.len());
-    let n_c = column("u64", u64s(n), n.len());
-    let atoms_c = column("u64", u64s(atoms), atoms.len());
-    let traj_c = column("bool", traj.iter().map(|&b| b as u8).collect(), traj.len());
+    let first_c = column("u64", u64s(first));
+    let n_c = column("u64", u64s(n));
+    let atoms_c = column("u64", u64s(atoms));
+    let traj_c = column("bool", traj.iter().map(|&b| b as u8).collect());
     let header = json!({"blocks": {"records": {"count": count, "structural_shape": null, "columns": {
         "first_frame": first_c, "n_frames": n_c, "n_atoms": atoms_c, "has_trajectory": traj_c}}},
         "meta": {}});

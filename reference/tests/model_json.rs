@@ -495,7 +495,7 @@ fn refusals_name_their_path() {
     );
     refused_after(
         |v| v["records"][0]["system"]["meta_types"]["spin"] = json!("f64"),
-        Clause::ModelJson,
+        Clause::TypedValue,
         "records[0].system.meta_types.spin",
     );
     refused_after(
