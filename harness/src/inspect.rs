@@ -69,6 +69,21 @@ pub mod clause {
     pub const RECORD_META_JSON: &str = "lmdb.record.meta-json";
     /// Every key is one of the scheme's.
     pub const KEYS_SCHEME: &str = "lmdb.keys.scheme";
+    /// Every trajectory update carries its step.
+    pub const FRAME_STEP: &str = "lmdb.frame.step";
+    /// `step` and `time` only on trajectory updates.
+    pub const STEP_TIME_PLACEMENT: &str = "mrf1.step-time-placement";
+    /// `n_atoms` follows DIGEST §3.
+    pub const INDEX_N_ATOMS: &str = "lmdb.index.n-atoms";
+}
+
+/// What the harness knows a written file must hold, from the fixture.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Expected {
+    /// For record r, the blocks present at its first resolved frame.
+    pub first_frame_blocks: Vec<Vec<String>>,
+    /// For record r, the `n_atoms` the index must hold (DIGEST §3).
+    pub n_atoms: Vec<u64>,
 }
 
 /// The most findings one inspection reports.
@@ -77,15 +92,15 @@ pub const MAX_FINDINGS: usize = 100;
 /// Checks a written `.mrec.lmdb` file against the binding's rules with the
 /// harness's own code.
 ///
-/// `expected_first_frames`: optional, for record r the set of block names
-/// present at its first resolved frame (from the judge), used for the
-/// first-restates rule (`"box"` is satisfied by a `box` block or by the
-/// header's `box`). Returns every finding (at most [`MAX_FINDINGS`]); empty
+/// `expected`: optional, what the fixture says the file must hold: the blocks
+/// of each record's first resolved frame, for the first-restates rule
+/// (`"box"` is satisfied by a `box` block or by the header's `box`), and the
+/// index's `n_atoms`. Returns every finding (at most [`MAX_FINDINGS`]); empty
 /// means the file conforms. Never panics.
-pub fn inspect_file(path: &Path, expected_first_frames: Option<&[Vec<String>]>) -> Vec<Finding> {
+pub fn inspect_file(path: &Path, expected: Option<&Expected>) -> Vec<Finding> {
     let mut out = Findings::default();
     if check_file_shape(path, &mut out) {
-        inspect_env(path, expected_first_frames, &mut out);
+        inspect_env(path, expected, &mut out);
     }
     out.items
 }
@@ -197,7 +212,7 @@ fn lock_unavailable(e: &std::io::Error) -> bool {
     e.kind() == std::io::ErrorKind::PermissionDenied || e.raw_os_error() == Some(30)
 }
 
-fn inspect_env(path: &Path, expected: Option<&[Vec<String>]>, out: &mut Findings) {
+fn inspect_env(path: &Path, expected: Option<&Expected>, out: &mut Findings) {
     let env = match open_read_only(path) {
         Ok(env) => env,
         Err(e) => {
@@ -314,7 +329,7 @@ struct MetaCounts {
 fn inspect_db(
     db: Database<Bytes, Bytes>,
     rtxn: &RoTxn,
-    expected: Option<&[Vec<String>]>,
+    expected: Option<&Expected>,
     out: &mut Findings,
 ) {
     let counts = match db.get(rtxn, b"meta") {
@@ -368,7 +383,7 @@ fn inspect_db(
         };
         match k {
             Key::Meta => {}
-            Key::Index | Key::ForceField => check_frame_value(&label, value, out),
+            Key::Index | Key::ForceField => check_frame_value(&label, value, false, out),
             Key::Record(r) => {
                 check_record_number(&label, r, counts.n_records, out);
                 match serde_json::from_slice::<Value>(value) {
@@ -388,7 +403,7 @@ fn inspect_db(
             }
             Key::System(r) => {
                 check_record_number(&label, r, counts.n_records, out);
-                check_frame_value(&label, value, out);
+                check_frame_value(&label, value, false, out);
             }
             Key::Frame(j) => {
                 match counts.n_frames {
@@ -398,7 +413,7 @@ fn inspect_db(
                     ),
                     _ => frames.push(j),
                 }
-                check_frame_value(&label, value, out);
+                check_frame_value(&label, value, true, out);
             }
         }
     }
@@ -409,7 +424,12 @@ fn inspect_db(
 
     let index = check_index(db, rtxn, &counts, out);
     if let (Some(expected), Some(index)) = (expected, index) {
-        check_first_frames(db, rtxn, &index, expected, out);
+        check_first_frames(db, rtxn, &index, &expected.first_frame_blocks, out);
+        for (r, (&got, &want)) in index.n_atoms.iter().zip(&expected.n_atoms).enumerate() {
+            if got != want {
+                out.push(clause::INDEX_N_ATOMS, format!("index: n_atoms[{r}] is {got}, the record's atoms have {want} rows"));
+            }
+        }
     }
 }
 
@@ -424,10 +444,23 @@ fn check_record_number(label: &str, r: u64, n_records: Option<u64>, out: &mut Fi
     }
 }
 
-fn check_frame_value(label: &str, value: &[u8], out: &mut Findings) {
-    let (_, problems) = frame_bytes::check(value);
+/// Frame bytes, plus where `step` and `time` may be: on every trajectory
+/// update a `step`, and neither on a system, index or force-field frame.
+fn check_frame_value(label: &str, value: &[u8], trajectory: bool, out: &mut Findings) {
+    let (view, problems) = frame_bytes::check(value);
     for p in problems {
         out.push(p.clause, format!("{label}: {}", p.message));
+    }
+    let Some(view) = view else { return };
+    if trajectory && !view.header.contains_key("step") {
+        out.push(clause::FRAME_STEP, format!("{label}: a trajectory update carries no `step`"));
+    }
+    if !trajectory {
+        for key in ["step", "time"] {
+            if view.header.contains_key(key) {
+                out.push(clause::STEP_TIME_PLACEMENT, format!("{label}: `{key}` on a frame that is not a trajectory update"));
+            }
+        }
     }
 }
 
@@ -599,6 +632,7 @@ fn check_missing_frames(mut frames: Vec<u64>, n_frames: u64, out: &mut Findings)
 struct IndexColumns {
     first_frame: Vec<u64>,
     n_frames: Vec<u64>,
+    n_atoms: Vec<u64>,
 }
 
 fn check_index(
@@ -692,6 +726,7 @@ fn check_index(
     }
     let first_frame = read_index_column(&view, "first_frame")?;
     let n_frames = read_index_column(&view, "n_frames")?;
+    let n_atoms = read_index_column(&view, "n_atoms")?;
 
     // Exclusive prefix sum.
     let mut sum = 0u64;
@@ -744,6 +779,7 @@ fn check_index(
     Some(IndexColumns {
         first_frame,
         n_frames,
+        n_atoms,
     })
 }
 

@@ -7,7 +7,7 @@
 //! is the reference, reached through the same `Implementation` trait.
 
 use crate::adapter::{Implementation, Outcome};
-use crate::inspect::inspect_file;
+use crate::inspect::{inspect_file, Expected};
 use crate::judge;
 use crate::recipe::materialize;
 use crate::suite::{Case, Direction, Kind, Layout, Suite};
@@ -167,7 +167,7 @@ fn round_trip_write(
         Ok(e) => e,
         Err(e) => return (Verdict::Error, format!("harness: fixture: {e}"), None),
     };
-    let findings = inspect_file(path, Some(&first_frame_blocks(&expected)));
+    let findings = inspect_file(path, Some(&expected_file(&expected)));
     if !findings.is_empty() {
         let lines: Vec<String> = findings
             .iter()
@@ -371,15 +371,13 @@ fn refusal(case: &Case, message: String, clause: Option<String>) -> Decided {
     }
 }
 
-/// For each record of an expected logical collection, the blocks present at
-/// its first resolved frame (what that record's first frame must hold).
-fn first_frame_blocks(expected: &Value) -> Vec<Vec<String>> {
-    let records = expected
-        .get("records")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    records
+/// What a written file must hold, from the expected logical collection: for
+/// each record, the blocks present at its first resolved frame (that frame
+/// must restate them) and `n_atoms` (DIGEST §3: the system's `atoms` rows,
+/// else those of the first frame that has `atoms`, else 0).
+fn expected_file(expected: &Value) -> Expected {
+    let records = expected.get("records").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let first_frame_blocks = records
         .iter()
         .map(|r| {
             r.pointer("/trajectory/frames/0/blocks")
@@ -387,7 +385,20 @@ fn first_frame_blocks(expected: &Value) -> Vec<Vec<String>> {
                 .map(|b| b.keys().cloned().collect())
                 .unwrap_or_default()
         })
-        .collect()
+        .collect();
+    let count = |block: Option<&Value>| block.and_then(|b| b.get("count")).and_then(Value::as_u64);
+    let n_atoms = records
+        .iter()
+        .map(|r| {
+            count(r.pointer("/system/blocks/atoms"))
+                .or_else(|| {
+                    let frames = r.pointer("/trajectory/frames").and_then(Value::as_array)?;
+                    frames.iter().find_map(|f| count(f.pointer("/blocks/atoms")))
+                })
+                .unwrap_or(0)
+        })
+        .collect();
+    Expected { first_frame_blocks, n_atoms }
 }
 
 fn remove_file_and_lock(path: &Path) {

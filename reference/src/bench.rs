@@ -586,8 +586,19 @@ struct PeerWrite {
 }
 
 /// Writes the same frames as ASE-LMDB rows: key = ASCII id (1-based), value
-/// = zlib(JSON), plus ASE's `nextid` key.
-fn write_peer(path: &Path, seed: u64, n_records: u64, bar: &ProgressBar) -> Result<PeerWrite> {
+/// = zlib(JSON), plus ASE's `nextid` key. `first[r]` is record r's first
+/// global frame ordinal. Rows are built and compressed on every core (this
+/// file is the baseline's input, its writing is not a measured figure) and
+/// put in order.
+fn write_peer(
+    path: &Path,
+    seed: u64,
+    first: &[u64],
+    n_frames: u64,
+    bar: &ProgressBar,
+) -> Result<PeerWrite> {
+    const CHUNK: u64 = 64;
+    type Rows = Vec<(Vec<u8>, Vec<u8>)>;
     remove_lmdb(path);
     let mut options = EnvOpenOptions::new();
     options.map_size(1 << 40).max_dbs(0);
@@ -598,12 +609,7 @@ fn write_peer(path: &Path, seed: u64, n_records: u64, bar: &ProgressBar) -> Resu
     let mut txn = env.write_txn().map_err(lmdb)?;
     let db: Db = env.create_database(&mut txn, None).map_err(lmdb)?;
     txn.commit().map_err(lmdb)?;
-    let start = Instant::now();
-    let mut batch: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-    let mut batch_bytes = 0usize;
-    let mut json_bytes = 0u64;
-    let mut first = 0u64;
-    let flush = |batch: &mut Vec<(Vec<u8>, Vec<u8>)>| -> Result<()> {
+    let flush = |batch: &mut Rows| -> Result<()> {
         let mut txn = env.write_txn().map_err(lmdb)?;
         for (k, v) in batch.iter() {
             db.put(&mut txn, k, v).map_err(lmdb)?;
@@ -612,33 +618,67 @@ fn write_peer(path: &Path, seed: u64, n_records: u64, bar: &ProgressBar) -> Resu
         batch.clear();
         Ok(())
     };
-    let mut failure = None;
-    for r in 0..n_records {
-        let m = Molecule::generate(seed, r);
-        let n = m.frames.len() as u64;
-        peer_rows(&m, first, |j, row| {
-            json_bytes += row.len() as u64;
-            match zlib_compress(&row) {
-                Ok(value) => {
-                    batch_bytes += value.len();
-                    batch.push(((j + 1).to_string().into_bytes(), value));
+    let n_records = first.len() as u64;
+    let n_chunks = n_records.div_ceil(CHUNK);
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 8) as u64;
+    let start = Instant::now();
+    let json_bytes = std::thread::scope(|s| -> Result<u64> {
+        let (tx, rx) =
+            std::sync::mpsc::sync_channel::<(u64, Result<(Rows, u64)>)>(2 * workers as usize);
+        for w in 0..workers {
+            let tx = tx.clone();
+            s.spawn(move || {
+                for c in (w..n_chunks).step_by(workers as usize) {
+                    let mut rows = Rows::new();
+                    let mut json = 0u64;
+                    let mut failure = None;
+                    for r in c * CHUNK..((c + 1) * CHUNK).min(n_records) {
+                        let m = Molecule::generate(seed, r);
+                        peer_rows(&m, first[r as usize], |j, row| {
+                            json += row.len() as u64;
+                            match zlib_compress(&row) {
+                                Ok(value) => rows.push(((j + 1).to_string().into_bytes(), value)),
+                                Err(e) => failure = Some(e),
+                            }
+                        });
+                    }
+                    let chunk = match failure {
+                        Some(e) => Err(e),
+                        None => Ok((rows, json)),
+                    };
+                    if tx.send((c, chunk)).is_err() {
+                        return;
+                    }
                 }
-                Err(e) => failure = Some(e),
+            });
+        }
+        drop(tx);
+        // Put the chunks in order; a failure drops `rx`, which stops the workers.
+        let mut pending = BTreeMap::new();
+        let (mut next, mut json_bytes) = (0u64, 0u64);
+        let mut batch = Rows::new();
+        let mut batch_bytes = 0usize;
+        for (c, chunk) in rx {
+            pending.insert(c, chunk?);
+            while let Some((rows, json)) = pending.remove(&next) {
+                json_bytes += json;
+                batch_bytes += rows.iter().map(|(_, v)| v.len()).sum::<usize>();
+                batch.extend(rows);
+                if batch_bytes >= 32 << 20 {
+                    flush(&mut batch)?;
+                    batch_bytes = 0;
+                }
+                bar.inc((CHUNK * (next + 1)).min(n_records) - CHUNK * next);
+                next += 1;
             }
-        });
-        if let Some(e) = failure.take() {
-            return Err(e);
         }
-        first += n;
-        if batch_bytes >= 32 << 20 {
-            flush(&mut batch)?;
-            batch_bytes = 0;
-        }
-        bar.inc(1);
-    }
-    let next_id = serde_json::to_vec(&json!(first + 1)).unwrap_or_default();
-    batch.push((b"nextid".to_vec(), zlib_compress(&next_id)?));
-    flush(&mut batch)?;
+        let next_id = serde_json::to_vec(&json!(n_frames + 1)).unwrap_or_default();
+        batch.push((b"nextid".to_vec(), zlib_compress(&next_id)?));
+        flush(&mut batch)?;
+        Ok(json_bytes)
+    })?;
     env.force_sync().map_err(lmdb)?;
     let secs = start.elapsed().as_secs_f64();
     env.prepare_for_closing().wait();
@@ -737,14 +777,21 @@ fn time_ratio(a: &Timing, b: &Timing) -> Spread {
 }
 
 /// One warm-up pass, then `passes` timed passes.
-fn measure<T>(passes: usize, mut pass: impl FnMut() -> Result<T>) -> Result<(Timing, T)> {
+fn measure<T>(
+    passes: usize,
+    bar: &ProgressBar,
+    mut pass: impl FnMut() -> Result<T>,
+) -> Result<(Timing, T)> {
     let mut last = pass()?;
+    bar.inc(1);
     let mut secs = Vec::with_capacity(passes);
     for _ in 0..passes {
         let start = Instant::now();
         last = black_box(pass()?);
         secs.push(start.elapsed().as_secs_f64());
+        bar.inc(1);
     }
+    bar.finish_and_clear();
     Ok((Timing { secs }, last))
 }
 
@@ -965,6 +1012,14 @@ fn mem() -> Mem {
     m
 }
 
+/// The 1-minute load average (runnable processes), from /proc/loadavg.
+fn loadavg() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(f64::NAN)
+}
+
 fn machine() -> Value {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let cpu = cpuinfo
@@ -1017,14 +1072,14 @@ impl Drop for Cleanup {
     }
 }
 
-fn bar(progress: bool, len: u64, prefix: &'static str) -> ProgressBar {
+fn bar(progress: bool, len: u64, prefix: &'static str, unit: &str) -> ProgressBar {
     if !progress {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::new(len).with_prefix(prefix);
-    if let Ok(style) = ProgressStyle::with_template(
-        "{prefix:>12} [{bar:32}] {pos}/{len} records  {msg}  {elapsed_precise} (eta {eta})",
-    ) {
+    if let Ok(style) = ProgressStyle::with_template(&format!(
+        "{{prefix:>24}} [{{bar:32}}] {{pos}}/{{len}} {unit}  {{msg}}  {{elapsed_precise}} (eta {{eta}})"
+    )) {
         bar.set_style(style.progress_chars("=> "));
     }
     bar
@@ -1067,6 +1122,7 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
     };
     let n = opts.records;
     let seed = opts.seed;
+    let load_start = loadavg();
 
     // (1) Write, one record at a time.
     let mut collection_meta = Document::new();
@@ -1104,11 +1160,13 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
     let mut codes = Vec::with_capacity(n as usize);
     let mut masks = Vec::with_capacity(n as usize);
     let mut heavy = Vec::with_capacity(n as usize);
+    let mut counts: Vec<u64> = Vec::with_capacity(n as usize);
     let (mut payload, mut atom_frames) = (0u64, 0u64);
-    let write_bar = bar(opts.progress, n, "write mrec");
+    let write_bar = bar(opts.progress, n, "(1) write mrec", "records");
     for r in 0..n {
         let m = Molecule::generate(seed, r);
         payload += m.payload_bytes();
+        counts.push(m.frames.len() as u64);
         atom_frames += (m.n_atoms() * m.frames.len()) as u64;
         codes.push(m.code.clone());
         masks.push(m.element_mask());
@@ -1162,9 +1220,18 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
         path.display()
     ));
 
+    let first: Vec<u64> = counts
+        .iter()
+        .scan(0u64, |s, &c| {
+            let f = *s;
+            *s += c;
+            Some(f)
+        })
+        .collect();
+
     // The peer file: the same frames as ASE-LMDB rows.
-    let peer_bar = bar(opts.progress, n, "write peer");
-    let peer_write = write_peer(&peer_path, seed, n, &peer_bar)?;
+    let peer_bar = bar(opts.progress, n, "write peer file", "records");
+    let peer_write = write_peer(&peer_path, seed, &first, n_frames, &peer_bar)?;
     peer_bar.finish_and_clear();
     say(format!(
         "wrote the peer file ({} bytes) in {:.2} s",
@@ -1174,41 +1241,42 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
 
     let order = shuffled(n, seed);
     let reader = Reader::open(&path)?;
-    let counts: Vec<u64> = (0..n)
-        .map(|r| reader.record_frames(r).unwrap_or(0))
-        .collect();
-    let first: Vec<u64> = counts
-        .iter()
-        .scan(0u64, |s, &c| {
-            let f = *s;
-            *s += c;
-            Some(f)
-        })
-        .collect();
+    if (0..n).any(|r| reader.record_frames(r) != Some(counts[r as usize])) {
+        return Err(Error::Lmdb(
+            "the index disagrees with the frames written".into(),
+        ));
+    }
     let passes = opts.passes;
-    let phase = |what: &str| say(format!("measuring {what}: 1 warm-up + {passes} passes"));
+    let phase = |what: &'static str| {
+        say(format!("measuring {what}: 1 warm-up + {passes} passes"));
+        bar(opts.progress, passes as u64 + 1, what, "passes")
+    };
 
-    phase("(6) index query");
-    let (index_t, (small, hits)) = measure(passes, || index_pass(&reader))?;
-    phase("(2) read, owned");
-    let (owned_t, owned_frames) = measure(passes, || owned_pass(&reader.txn()?, &order))?;
-    phase("(3) read, views");
-    let (views_t, views_tally) = measure(passes, || views_pass(&reader.txn()?, &order))?;
-    phase("(7) two threads, views");
-    let (threads_t, threads_tally) = measure(passes, || two_thread_pass(&reader, &order))?;
+    let (index_t, (small, hits)) =
+        measure(passes, &phase("(6) index query"), || index_pass(&reader))?;
+    let (owned_t, owned_frames) = measure(passes, &phase("(2) read, owned"), || {
+        owned_pass(&reader.txn()?, &order)
+    })?;
+    let (views_t, views_tally) = measure(passes, &phase("(3) read, views"), || {
+        views_pass(&reader.txn()?, &order)
+    })?;
+    let (threads_t, threads_tally) = measure(passes, &phase("(7) two threads, views"), || {
+        two_thread_pass(&reader, &order)
+    })?;
     drop(reader);
 
-    phase("(4) raw LMDB baseline");
     let (env, db) = open_ro(&path)?;
-    let (raw_t, raw_bytes) = measure(passes, || raw_pass(&env, &db, &order, &first, &counts))?;
+    let (raw_t, raw_bytes) = measure(passes, &phase("(4) raw LMDB baseline"), || {
+        raw_pass(&env, &db, &order, &first, &counts)
+    })?;
     drop(env);
-    phase("(5) peer baseline");
     let (peer_env, peer_db) = open_ro(&peer_path)?;
-    let (peer_t, (peer_frames, peer_sum_x)) = measure(passes, || {
+    let (peer_t, (peer_frames, peer_sum_x)) = measure(passes, &phase("(5) peer baseline"), || {
         peer_pass(&peer_env, &peer_db, &order, &first, &counts)
     })?;
     drop(peer_env);
     let mem_final = mem();
+    let load_end = loadavg();
 
     for (what, got) in [
         ("owned", owned_frames),
@@ -1257,6 +1325,7 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
         index_hits: (small, hits),
         threads: threads_t,
         mem_final,
+        load: (load_start, load_end),
     };
     Ok(figures.report())
 }
@@ -1290,6 +1359,8 @@ struct Figures {
     index_hits: (u64, u64),
     threads: Timing,
     mem_final: Mem,
+    /// 1-minute load average at the start and at the end.
+    load: (f64, f64),
 }
 
 /// One line of the table.
@@ -1418,6 +1489,18 @@ impl Figures {
             )
             .target("<= 1.25x", file_ratio <= 1.25),
         );
+        rows.push(row(
+            "    of which: stored values / payload",
+            times(self.raw_bytes as f64 / self.payload as f64),
+            mib(self.raw_bytes),
+            "r, s, f values".into(),
+        ));
+        rows.push(row(
+            "    of which: file / stored values",
+            times(self.file_bytes as f64 / self.raw_bytes as f64),
+            dash(),
+            "LMDB pages".into(),
+        ));
         let (m, lo, hi) = r3(owned, rate);
         rows.push(
             row("(2) read shuffled, owned (frames/s)", m, lo, hi)
@@ -1493,6 +1576,16 @@ impl Figures {
                 )),
             if cfg!(debug_assertions) {
                 "  ** DEBUG BUILD: figures are not meaningful **"
+            } else {
+                ""
+            }
+        ));
+        table.push_str(&format!(
+            "load average (1 min): {:.2} at the start, {:.2} at the end{}\n",
+            self.load.0,
+            self.load.1,
+            if self.load.0.max(self.load.1) > cores as f64 * 0.5 {
+                " (other processes competed for the CPUs: figures are lower than on an idle machine)"
             } else {
                 ""
             }
@@ -1588,6 +1681,7 @@ impl Figures {
                 "kept": self.opts.keep,
             },
             "machine": machine,
+            "load_average_1min": {"start": self.load.0, "end": self.load.1},
             "page_cache": "warm: the files were just written, then read once in the warm-up pass",
             "workload": {
                 "records": self.n_records,
@@ -1615,6 +1709,9 @@ impl Figures {
                 "file_bytes": self.file_bytes,
                 "payload_bytes": self.payload,
                 "file_over_payload": file_ratio,
+                "stored_value_bytes": self.raw_bytes,
+                "values_over_payload": self.raw_bytes as f64 / self.payload as f64,
+                "file_over_values": self.file_bytes as f64 / self.raw_bytes as f64,
             },
             "read_owned": self.owned.json(n_frames, "frames_per_s"),
             "read_views": {

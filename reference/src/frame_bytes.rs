@@ -661,6 +661,15 @@ fn product(shape: &[u64]) -> Option<u64> {
     shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d))
 }
 
+/// The entries as a map sorted by name; `None` when a name repeats.
+/// (`BTreeMap::from_iter` sorts once and bulk-builds: cheaper than inserting
+/// one by one, and linear on names that are already sorted, as written.)
+fn sorted_map<T>(entries: Vec<(String, T)>) -> Option<BTreeMap<String, T>> {
+    let n = entries.len();
+    let map = BTreeMap::from_iter(entries);
+    (map.len() == n).then_some(map)
+}
+
 /// Stores a struct field, refusing a repeated key.
 fn set<T, E: de::Error>(slot: &mut Option<T>, value: T, field: &'static str) -> Result<(), E> {
     if slot.is_some() {
@@ -823,18 +832,15 @@ impl<'de, 'a> Visitor<'de> for BlocksSeed<'_, 'a> {
         f.write_str("an object of blocks")
     }
     fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
-        let mut blocks = BTreeMap::new();
+        let mut blocks = Vec::new();
         while let Some(name) = map.next_key::<String>()? {
             let block = map.next_value_seed(BlockSeed {
                 ctx: self.ctx,
                 name: &name,
             })?;
-            if blocks.contains_key(&name) {
-                return Err(de::Error::custom(format_args!("duplicate block {name:?}")));
-            }
-            blocks.insert(name, block);
+            blocks.push((name, block));
         }
-        Ok(blocks)
+        sorted_map(blocks).ok_or_else(|| de::Error::custom("a repeated block name"))
     }
 }
 
@@ -924,19 +930,16 @@ impl<'de, 'a> Visitor<'de> for ColumnsSeed<'_, 'a, '_> {
         f.write_str("an object of columns")
     }
     fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
-        let mut columns = BTreeMap::new();
+        let mut columns = Vec::with_capacity(8);
         while let Some(name) = map.next_key::<String>()? {
             let column = map.next_value_seed(ColumnSeed {
                 ctx: self.ctx,
                 block: self.block,
                 column: &name,
             })?;
-            if columns.contains_key(&name) {
-                return Err(de::Error::custom(format_args!("duplicate column {name:?}")));
-            }
-            columns.insert(name, column);
+            columns.push((name, column));
         }
-        Ok(columns)
+        sorted_map(columns).ok_or_else(|| de::Error::custom("a repeated column name"))
     }
 }
 
