@@ -1480,6 +1480,19 @@ impl Figures {
             format!("growth {}", signed_mib(anon_growth)),
             dash(),
         ));
+        let at = |q: u64| {
+            let want = self.n_records * q / 4;
+            self.samples
+                .iter()
+                .find(|(r, _)| *r >= want)
+                .map_or(0, |(_, m)| m.anon)
+        };
+        rows.push(row(
+            "    anonymous RSS at 25% / 50% / 75% / 100%",
+            format!("{} / {}", mib(at(1)), mib(at(2))),
+            format!("{} / {}", mib(at(3)), mib(at(4))),
+            dash(),
+        ));
         rows.push(
             row(
                 "    file size / raw payload",

@@ -42,3 +42,34 @@ fn reference_refusal_messages() {
     }
     insta::assert_snapshot!("reference_refusals", lines.join("\n"));
 }
+
+/// Each golden file reads back, through the reference, exactly as the dump
+/// committed beside it: a reference change that alters what committed files
+/// mean shows up here (regenerate only with `cargo run -p harness -- golden`).
+#[test]
+fn golden_files_read_back_as_their_dumps() {
+    use harness::adapter::Outcome;
+    let layout = Layout::repository();
+    let dir = layout.fixtures.join("golden");
+    let work = harness::runner::scratch_dir("golden-dumps");
+    std::fs::create_dir_all(&work).expect("scratch");
+    let mut reference = Reference::new();
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).expect("fixtures/golden") {
+        let path = entry.expect("entry").path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".mrec.lmdb")) else {
+            continue;
+        };
+        let copy = work.join(format!("{name}.mrec.lmdb"));
+        std::fs::copy(&path, &copy).expect("copy");
+        let dump: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{name}.dump.json"))).expect("dump")).expect("json");
+        match reference.read(&copy) {
+            Outcome::Done(read) => assert_eq!(read, dump, "{name}"),
+            other => panic!("{name}: {other:?}"),
+        }
+        checked += 1;
+    }
+    let _ = std::fs::remove_dir_all(&work);
+    assert!(checked >= 5, "only {checked} golden files");
+}
