@@ -1394,12 +1394,14 @@ impl Row {
 
 fn thousands(v: u64) -> String {
     let s = v.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
+    let head = match s.len() % 3 {
+        0 => 3.min(s.len()),
+        k => k,
+    };
+    let mut out = s[..head].to_string();
+    for group in s.as_bytes()[head..].chunks(3) {
+        out.push(',');
+        out.push_str(std::str::from_utf8(group).unwrap_or(""));
     }
     out
 }
@@ -1796,6 +1798,14 @@ mod tests {
     #[test]
     fn hill_formula_orders_c_h_then_alphabetical() {
         assert_eq!(hill_formula(&[1, 1, 0, 0, 0, 6, 3]), "C2H3ClO");
+    }
+
+    #[test]
+    fn thousands_groups_digits() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(1_234_567), "1,234,567");
     }
 
     #[test]

@@ -393,11 +393,20 @@ impl Serialize for BoxSer<'_> {
 
 /// Decodes and checks a frame value.
 ///
-/// Never panics, never reads out of bounds, and allocates only for the
-/// header's own content (names, shapes, strings, documents: a small multiple
-/// of the header's size) — never according to a size stated in the header.
-/// Every size is computed with checked arithmetic. Bool buffers and masks are
+/// Never panics, never reads out of bounds, and allocates only for what the
+/// header's text itself holds (names, shapes, strings, documents) — never
+/// according to a size or count stated in it: a shape of `[2^40]` costs one
+/// `u64`. The worst amplification is a JSON array of one-digit numbers in
+/// `meta` or `attributes` (2 bytes of text, a 32-byte `serde_json::Value`),
+/// so memory stays a small multiple of a header that is itself bounded by
+/// [`MAX_HEADER_LEN`]. Nesting deeper than `serde_json`'s limit (128) is
+/// refused, and skipped unknown keys are walked without recursion. Every
+/// size is computed with checked arithmetic. Bool buffers and masks are
 /// checked to hold only 0 / 1 bytes.
+///
+/// A `meta` value whose key has a tag in `meta_types` is checked against the
+/// tag and handed back in canonical typed JSON; an undefined cell comes back
+/// with identity vectors (a true boundary flag is refused).
 ///
 /// Not checked here (they are rules of the model, not of the bytes): a
 /// `structural_shape` product, a precision's range or dtype, meta keys
@@ -930,7 +939,7 @@ impl<'de, 'a> Visitor<'de> for ColumnsSeed<'_, 'a, '_> {
         f.write_str("an object of columns")
     }
     fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
-        let mut columns = Vec::with_capacity(8);
+        let mut columns = Vec::new();
         while let Some(name) = map.next_key::<String>()? {
             let column = map.next_value_seed(ColumnSeed {
                 ctx: self.ctx,

@@ -172,7 +172,7 @@ fn same_info(a: &FrameInfo, b: &FrameInfo) -> bool {
 fn header_of(value: &[u8]) -> (usize, Value) {
     let len = u32::from_le_bytes(value[4..8].try_into().unwrap()) as usize;
     (
-        ((8 + len) + 7) / 8 * 8,
+        (8 + len).next_multiple_of(8),
         serde_json::from_slice(&value[8..8 + len]).unwrap(),
     )
 }
@@ -917,6 +917,49 @@ fn every_truncation_is_refused() {
             let _ = decode(&v).map(|f| f.to_blocks());
         }
     }
+}
+
+#[test]
+fn random_corruptions_never_panic() {
+    let mut rng = Rng(2024);
+    let mut block = Block {
+        count: 4,
+        ..Block::default()
+    };
+    for (i, dtype) in DType::ALL.into_iter().enumerate() {
+        block.columns.insert(
+            format!("c{i:02}"),
+            column(dtype, 4, &[], i % 3 == 0, &mut rng),
+        );
+    }
+    let value = round_trip(
+        &BTreeMap::from([("b".to_string(), block)]),
+        &frame_info_variants()[2],
+        true,
+    );
+    let mut accepted = 0;
+    for _ in 0..20_000 {
+        let mut v = value.clone();
+        for _ in 0..=rng.below(4) {
+            let at = rng.below(v.len() as u64) as usize;
+            v[at] = match rng.below(4) {
+                0 => rng.next() as u8,
+                1 => b"0123456789"[rng.below(10) as usize],
+                2 => b"{}[]\":,-"[rng.below(8) as usize],
+                _ => v[at] ^ 1,
+            };
+        }
+        if let Ok(f) = decode(&v) {
+            accepted += 1;
+            for block in f.blocks.values() {
+                for c in block.columns.values() {
+                    let _ = c.to_column();
+                    let _ = (c.f64_view(), c.u64_view());
+                }
+            }
+        }
+    }
+    assert!(accepted < 20_000);
 }
 
 /// Best ns per call over `batches` batches of `per` calls (the minimum is

@@ -334,7 +334,6 @@ fn a_deeply_nested_header_is_refused_without_overflowing_the_stack() {
     let headers = [
         ("nested-meta-arrays", format!(r#"{{"blocks":{{}},"meta":{{"k":{arrays}}}}}"#)),
         ("nested-meta-objects", format!(r#"{{"blocks":{{}},"meta":{objects}}}"#)),
-        ("nested-unknown-key", format!(r#"{{"blocks":{{}},"zzz":{arrays}}}"#)),
         ("nested-step", format!(r#"{{"blocks":{{}},"step":{arrays}}}"#)),
         ("nested-box", format!(r#"{{"blocks":{{}},"box":{objects}}}"#)),
         ("nested-meta-types", format!(r#"{{"blocks":{{}},"meta_types":{objects}}}"#)),
@@ -345,17 +344,48 @@ fn a_deeply_nested_header_is_refused_without_overflowing_the_stack() {
                 r#"{{"blocks":{{"a":{{"count":0,"columns":{{}},"attributes":{{"k":{arrays}}}}}}}}}"#
             ),
         ),
+        ("nested-header-itself", arrays.clone()),
+    ];
+    for (name, header) in headers {
+        let v = frame_value(header.as_bytes(), &[]);
+        expect(name, &v, Clause::FrameHeaderJson);
+    }
+}
+
+/// Unknown keys are ignored (forward compatibility), and serde_json skips an
+/// ignored value without recursion: a deep value there is accepted, in
+/// bounded time and memory, and never reaches the stack limit.
+#[test]
+fn a_deeply_nested_ignored_value_is_skipped_in_bounded_time() {
+    let arrays = nested_arrays(1_000_000);
+    for (name, header) in [
+        ("nested-unknown-key", format!(r#"{{"blocks":{{}},"zzz":{arrays}}}"#)),
         (
             "nested-column-unknown-key",
             format!(
                 r#"{{"blocks":{{"a":{{"count":0,"columns":{{"x":{{"dtype":"f64","shape":[0],"offset":0,"q":{arrays}}}}}}}}}}}"#
             ),
         ),
-        ("nested-header-itself", arrays.clone()),
-    ];
-    for (name, header) in headers {
-        let v = frame_value(header.as_bytes(), &[]);
-        expect(name, &v, Clause::FrameHeaderJson);
+    ] {
+        let value = frame_value(header.as_bytes(), &[]);
+        let (result, cost) = measure(|| decode(&value).map(|f| f.blocks.len()));
+        report(&format!(
+            "hostile decode {name:<34} {:>9.3} ms  largest alloc {:>9} B  total {:>9} B  value {:>9} B  (accepted: {})",
+            cost.elapsed.as_secs_f64() * 1e3,
+            cost.largest,
+            cost.total,
+            value.len(),
+            result.is_ok()
+        ));
+        assert!(cost.elapsed < TIME_LIMIT, "{name}: took {:?}", cost.elapsed);
+        assert!(
+            cost.largest <= allocation_bound(value.len()),
+            "{name}: a single allocation of {} bytes",
+            cost.largest
+        );
+        if let Err(e) = result {
+            assert_eq!(e.clause(), Some(Clause::FrameHeaderJson), "{name}: {e}");
+        }
     }
 }
 
@@ -574,10 +604,11 @@ fn huge_counts_in_meta_are_refused() {
         let v = index_value(u64::MAX, &[0, 3, 6], &[3, 3, 3], &[3, 3, 3], &[true; 3]);
         db.put(txn, b"index", &v).unwrap();
     });
+    // u64::MAX rows of 8 bytes: the size itself overflows.
     expect_file(
         "meta-and-index-u64max",
         &path,
-        Clause::FrameBufferBounds,
+        Clause::FrameSizeOverflow,
     );
 }
 

@@ -218,7 +218,8 @@ fn open_clause(path: &Path) -> Clause {
 
 #[test]
 fn reader_refuses_bad_meta() {
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>, Clause)> = vec![
+    type Edit = Box<dyn Fn(&mut Value)>;
+    let cases: Vec<(&str, Edit, Clause)> = vec![
         (
             "layout",
             Box::new(|m: &mut Value| m["layout"] = json!("mrec-zarr")),
