@@ -412,6 +412,33 @@ impl Serialize for BoxSer<'_> {
 /// `structural_shape` product, a precision's range or dtype, meta keys
 /// without a tag, row references, and the zero padding bytes themselves.
 pub fn decode(value: &[u8]) -> Result<FrameRef<'_>> {
+    let (text, payload_start) = header_text(value)?;
+    if let Some(frame) = decode_fast_header(value, text, payload_start) {
+        return Ok(frame);
+    }
+    decode_serde(value, text, payload_start)
+}
+
+/// [`decode`] through `serde_json` alone: the reference the fast scanner is
+/// tested against (same results, same refusals). Not for general use.
+#[doc(hidden)]
+pub fn decode_reference(value: &[u8]) -> Result<FrameRef<'_>> {
+    let (text, payload_start) = header_text(value)?;
+    decode_serde(value, text, payload_start)
+}
+
+/// [`decode`]'s fast scanner alone: `None` where it gives up (a refusal or a
+/// shape it does not handle, which [`decode`] hands to the serde path). For
+/// tests. Not for general use.
+#[doc(hidden)]
+pub fn decode_fast(value: &[u8]) -> Option<FrameRef<'_>> {
+    let (text, payload_start) = header_text(value).ok()?;
+    decode_fast_header(value, text, payload_start)
+}
+
+/// Checks the fixed prefix and the header bounds: the header text (UTF-8)
+/// and where the payload starts.
+fn header_text(value: &[u8]) -> Result<(&str, usize)> {
     if value.len() < 8 {
         return Err(Error::refused(
             Clause::FrameTooShort,
@@ -468,6 +495,11 @@ pub fn decode(value: &[u8]) -> Result<FrameRef<'_>> {
         )
     })?;
 
+    Ok((text, payload_start))
+}
+
+/// The serde path: parses the header with `serde_json` and checks it.
+fn decode_serde<'a>(value: &'a [u8], text: &str, payload_start: usize) -> Result<FrameRef<'a>> {
     let ctx = Ctx {
         value,
         payload_start,
@@ -1008,119 +1040,633 @@ impl<'de, 'a> Visitor<'de> for ColumnSeed<'_, 'a, '_> {
                 ))
             }
         };
-        let shape: Vec<u64> = shape.ok_or_else(|| de::Error::missing_field("shape"))?;
-        if shape.is_empty() {
-            return Err(refuse(
-                Clause::ColumnShape,
-                "a column's shape has at least its leading axis".into(),
-            ));
+        let refuse = |fault: ColFault| -> M::Error {
+            match fault {
+                ColFault::Refused(clause, detail) => ctx.fail(Error::refused(
+                    clause,
+                    format!("blocks.{}.columns.{}", self.block, self.column),
+                    detail,
+                )),
+                ColFault::Missing(field) => de::Error::missing_field(field),
+                ColFault::Custom(msg) => de::Error::custom(msg),
+            }
+        };
+        column_from_parts(ctx, dtype, shape, offset, values, validity, precision).map_err(refuse)
+    }
+}
+
+/// Why a column's parts do not make a column: a refusal (clause, detail), or
+/// a plain JSON fault (a missing field, a buffer dtype with `values`).
+enum ColFault {
+    Refused(Clause, String),
+    Missing(&'static str),
+    Custom(String),
+}
+
+/// The checks of a column entry after its dtype is known, shared by the
+/// serde path and the fast scanner: shape, buffer or values, mask.
+fn column_from_parts<'a>(
+    ctx: &Ctx<'a>,
+    dtype: DType,
+    shape: Option<Vec<u64>>,
+    offset: Option<u64>,
+    values: Option<Vec<String>>,
+    validity: Option<u64>,
+    precision: Option<f64>,
+) -> Result<ColumnRef<'a>, ColFault> {
+    let shape: Vec<u64> = shape.ok_or(ColFault::Missing("shape"))?;
+    if shape.is_empty() {
+        return Err(ColFault::Refused(
+            Clause::ColumnShape,
+            "a column's shape has at least its leading axis".into(),
+        ));
+    }
+    let Some(elements) = product(&shape) else {
+        return Err(ColFault::Refused(
+            Clause::FrameSizeOverflow,
+            format!("the product of shape {shape:?} overflows"),
+        ));
+    };
+    let data = match dtype.item_size() {
+        None => {
+            if offset.is_some() {
+                return Err(ColFault::Refused(
+                    Clause::FrameStringValues,
+                    "a string column has no buffer: no `offset`".into(),
+                ));
+            }
+            let Some(values) = values else {
+                return Err(ColFault::Refused(
+                    Clause::FrameStringValues,
+                    "a string column carries `values`".into(),
+                ));
+            };
+            if values.len() as u64 != elements {
+                return Err(ColFault::Refused(
+                    Clause::FrameStringValues,
+                    format!(
+                        "{} values for shape {shape:?} ({elements} elements)",
+                        values.len()
+                    ),
+                ));
+            }
+            ColumnBytes::Strings(values)
         }
-        let Some(elements) = product(&shape) else {
-            return Err(refuse(
-                Clause::FrameSizeOverflow,
-                format!("the product of shape {shape:?} overflows"),
-            ));
-        };
-        let data = match dtype.item_size() {
-            None => {
-                if offset.is_some() {
-                    return Err(refuse(
-                        Clause::FrameStringValues,
-                        "a string column has no buffer: no `offset`".into(),
-                    ));
-                }
-                let Some(values) = values else {
-                    return Err(refuse(
-                        Clause::FrameStringValues,
-                        "a string column carries `values`".into(),
-                    ));
-                };
-                if values.len() as u64 != elements {
-                    return Err(refuse(
-                        Clause::FrameStringValues,
-                        format!(
-                            "{} values for shape {shape:?} ({elements} elements)",
-                            values.len()
-                        ),
-                    ));
-                }
-                ColumnBytes::Strings(values)
+        Some(item_size) => {
+            if values.is_some() {
+                return Err(ColFault::Custom(format!(
+                    "a {dtype} column carries a buffer, not `values`"
+                )));
             }
-            Some(item_size) => {
-                if values.is_some() {
-                    return Err(de::Error::custom(format_args!(
-                        "a {dtype} column carries a buffer, not `values`"
-                    )));
-                }
-                let offset = offset.ok_or_else(|| de::Error::missing_field("offset"))?;
-                let Some(len) = elements
-                    .checked_mul(item_size as u64)
-                    .and_then(|n| usize::try_from(n).ok())
-                else {
-                    return Err(refuse(
-                        Clause::FrameSizeOverflow,
-                        format!("{elements} elements of {item_size} bytes overflow"),
-                    ));
-                };
-                if offset % 8 != 0 {
-                    return Err(refuse(
-                        Clause::FrameOffsetAligned,
-                        format!("offset {offset} is not a multiple of 8"),
-                    ));
-                }
-                let Some(bytes) = ctx.buffer(offset, len) else {
-                    return Err(refuse(
-                        Clause::FrameBufferBounds,
-                        format!("a buffer of {len} bytes at offset {offset} runs past the value"),
-                    ));
-                };
-                if dtype == DType::Bool && !bytes.iter().all(|&b| b <= 1) {
-                    return Err(refuse(
-                        Clause::FrameBoolByte,
-                        "a bool buffer holds a byte other than 0 / 1".into(),
-                    ));
-                }
-                ColumnBytes::Buffer(bytes)
+            let offset = offset.ok_or(ColFault::Missing("offset"))?;
+            let Some(len) = elements
+                .checked_mul(item_size as u64)
+                .and_then(|n| usize::try_from(n).ok())
+            else {
+                return Err(ColFault::Refused(
+                    Clause::FrameSizeOverflow,
+                    format!("{elements} elements of {item_size} bytes overflow"),
+                ));
+            };
+            if offset % 8 != 0 {
+                return Err(ColFault::Refused(
+                    Clause::FrameOffsetAligned,
+                    format!("offset {offset} is not a multiple of 8"),
+                ));
             }
-        };
-        let validity = match validity {
-            None => None,
-            Some(offset) => {
-                if offset % 8 != 0 {
-                    return Err(refuse(
-                        Clause::FrameOffsetAligned,
-                        format!("validity offset {offset} is not a multiple of 8"),
-                    ));
-                }
-                let Some(mask) = usize::try_from(shape[0])
-                    .ok()
-                    .and_then(|rows| ctx.buffer(offset, rows))
-                else {
-                    return Err(refuse(
-                        Clause::FrameBufferBounds,
-                        format!(
-                            "a mask of {} bytes at offset {offset} runs past the value",
-                            shape[0]
-                        ),
-                    ));
-                };
-                if !mask.iter().all(|&b| b <= 1) {
-                    return Err(refuse(
-                        Clause::FrameValidity,
-                        "a mask holds a byte other than 0 / 1".into(),
-                    ));
-                }
-                Some(mask)
+            let Some(bytes) = ctx.buffer(offset, len) else {
+                return Err(ColFault::Refused(
+                    Clause::FrameBufferBounds,
+                    format!("a buffer of {len} bytes at offset {offset} runs past the value"),
+                ));
+            };
+            if dtype == DType::Bool && !bytes.iter().all(|&b| b <= 1) {
+                return Err(ColFault::Refused(
+                    Clause::FrameBoolByte,
+                    "a bool buffer holds a byte other than 0 / 1".into(),
+                ));
             }
-        };
-        Ok(ColumnRef {
-            dtype,
-            shape,
-            precision,
-            validity,
-            data,
+            ColumnBytes::Buffer(bytes)
+        }
+    };
+    let validity = match validity {
+        None => None,
+        Some(offset) => {
+            if offset % 8 != 0 {
+                return Err(ColFault::Refused(
+                    Clause::FrameOffsetAligned,
+                    format!("validity offset {offset} is not a multiple of 8"),
+                ));
+            }
+            let Some(mask) = usize::try_from(shape[0])
+                .ok()
+                .and_then(|rows| ctx.buffer(offset, rows))
+            else {
+                return Err(ColFault::Refused(
+                    Clause::FrameBufferBounds,
+                    format!(
+                        "a mask of {} bytes at offset {offset} runs past the value",
+                        shape[0]
+                    ),
+                ));
+            };
+            if !mask.iter().all(|&b| b <= 1) {
+                return Err(ColFault::Refused(
+                    Clause::FrameValidity,
+                    "a mask holds a byte other than 0 / 1".into(),
+                ));
+            }
+            Some(mask)
+        }
+    };
+    Ok(ColumnRef {
+        dtype,
+        shape,
+        precision,
+        validity,
+        data,
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Fast header scanner
+// ---------------------------------------------------------------------------
+//
+// A single pass over the header text for the shapes the encoder writes: plain
+// keys (no escapes), integers where integers belong, known keys only. It
+// borrows from the text and builds the same `RawHeader` the serde path
+// builds, then runs the same `finish`. Sub-values it does not read itself
+// (`meta`, `meta_types`, `attributes`, `targets`, `box`, `time`, a string
+// column's `values`, a `precision`, a non-integer `step`, an unknown key's
+// value) are cut out whole and handed to `serde_json` — the same
+// deserialization the serde path runs on the same text. On anything else
+// (escapes in a key or name, a float or sign where an integer belongs, a
+// repeated key, deep nesting, malformed JSON, any refusal) it gives up with
+// `None`, and `decode` runs the serde path, which stays the reference for
+// every refusal and its clause.
+
+/// Nesting allowed inside a sub-value cut out for `serde_json`: the sub-value
+/// sits at most 4 levels deep in the header, and `serde_json`'s limit is 128,
+/// so a sub-value the scanner accepts never hits the limit inline either.
+const FAST_MAX_DEPTH: usize = 64;
+
+fn decode_fast_header<'a>(
+    value: &'a [u8],
+    text: &str,
+    payload_start: usize,
+) -> Option<FrameRef<'a>> {
+    let ctx = Ctx {
+        value,
+        payload_start,
+        stash: std::cell::Cell::new(None),
+    };
+    let mut scan = Scan {
+        text,
+        bytes: text.as_bytes(),
+        at: 0,
+    };
+    let raw = scan.header(&ctx)?;
+    // `de.end()`: only whitespace after the header object.
+    if scan.peek().is_some() {
+        return None;
+    }
+    finish(raw).ok()
+}
+
+/// The scanner's position in the header text. Every method returns `None`
+/// where it gives up.
+struct Scan<'t> {
+    text: &'t str,
+    bytes: &'t [u8],
+    at: usize,
+}
+
+impl<'t> Scan<'t> {
+    /// Skips JSON whitespace.
+    #[inline]
+    fn ws(&mut self) {
+        // The encoder writes no whitespace: one test in the common case.
+        match self.bytes.get(self.at) {
+            Some(&c) if c <= b' ' => {}
+            _ => return,
+        }
+        while let Some(&c) = self.bytes.get(self.at) {
+            if !matches!(c, b' ' | b'\n' | b'\r' | b'\t') {
+                break;
+            }
+            self.at += 1;
+        }
+    }
+
+    /// The next byte after whitespace (not consumed).
+    #[inline]
+    fn peek(&mut self) -> Option<u8> {
+        self.ws();
+        self.bytes.get(self.at).copied()
+    }
+
+    /// Consumes `c` after whitespace.
+    #[inline]
+    fn eat(&mut self, c: u8) -> Option<()> {
+        if self.peek()? != c {
+            return None;
+        }
+        self.at += 1;
+        Some(())
+    }
+
+    /// A string without escapes or control characters, borrowed.
+    #[inline]
+    fn plain_str(&mut self) -> Option<&'t str> {
+        self.eat(b'"')?;
+        let start = self.at;
+        let len = self
+            .bytes
+            .get(start..)?
+            .iter()
+            .position(|&c| c == b'"' || c == b'\\' || c < 0x20)?;
+        self.at = start + len;
+        if self.bytes[self.at] != b'"' {
+            return None;
+        }
+        // Both ends sit at an ASCII quote: char boundaries of the text.
+        let s = self.text.get(start..self.at)?;
+        self.at += 1;
+        Some(s)
+    }
+
+    /// Walks an object: `member` reads the value of each key.
+    #[inline]
+    fn object(&mut self, mut member: impl FnMut(&mut Self, &'t str) -> Option<()>) -> Option<()> {
+        self.eat(b'{')?;
+        if self.peek()? == b'}' {
+            self.at += 1;
+            return Some(());
+        }
+        loop {
+            let key = self.plain_str()?;
+            self.eat(b':')?;
+            member(self, key)?;
+            match self.peek()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// An unsigned integer as `serde_json` reads one into a `u64`: digits, no
+    /// leading zero, no fraction or exponent, no overflow.
+    #[inline]
+    fn u64(&mut self) -> Option<u64> {
+        self.ws();
+        let start = self.at;
+        let mut n: u64 = 0;
+        while let Some(&c) = self.bytes.get(self.at) {
+            if !c.is_ascii_digit() {
+                break;
+            }
+            n = n.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+            self.at += 1;
+        }
+        let len = self.at - start;
+        if len == 0 || (len > 1 && self.bytes[start] == b'0') {
+            return None;
+        }
+        if matches!(self.bytes.get(self.at), Some(b'.' | b'e' | b'E')) {
+            return None;
+        }
+        Some(n)
+    }
+
+    /// An array of `u64`s.
+    fn u64_array(&mut self) -> Option<Vec<u64>> {
+        self.eat(b'[')?;
+        // Shapes have one or two axes: one allocation, no growth.
+        let mut out = Vec::with_capacity(2);
+        if self.peek()? == b']' {
+            self.at += 1;
+            return Some(out);
+        }
+        loop {
+            out.push(self.u64()?);
+            match self.peek()? {
+                b',' => self.at += 1,
+                b']' => {
+                    self.at += 1;
+                    return Some(out);
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// An integer as a JSON value, the way `serde_json` represents it (a
+    /// non-negative one as a `u64`, a negative one as an `i64`); `-0` and
+    /// anything beyond the `i64` range are left to the slow path.
+    fn int_value(&mut self) -> Option<Value> {
+        if self.peek()? == b'-' {
+            self.at += 1;
+            if !self.bytes.get(self.at)?.is_ascii_digit() {
+                return None;
+            }
+            let n = self.u64()?;
+            if n == 0 || n > i64::MAX as u64 {
+                return None;
+            }
+            Some(Value::from(-(n as i64)))
+        } else {
+            Some(Value::from(self.u64()?))
+        }
+    }
+
+    /// The text of the next JSON value, not checked (the caller hands it to
+    /// `serde_json`); `None` past [`FAST_MAX_DEPTH`] or the end of the text.
+    fn raw(&mut self) -> Option<&'t str> {
+        self.ws();
+        let start = self.at;
+        let mut depth = 0usize;
+        loop {
+            match *self.bytes.get(self.at)? {
+                b'{' | b'[' => {
+                    depth += 1;
+                    if depth > FAST_MAX_DEPTH {
+                        return None;
+                    }
+                    self.at += 1;
+                }
+                b'}' | b']' => {
+                    depth = depth.checked_sub(1)?;
+                    self.at += 1;
+                }
+                b'"' => {
+                    self.at += 1;
+                    loop {
+                        match *self.bytes.get(self.at)? {
+                            b'"' => break,
+                            b'\\' => self.at += 2,
+                            _ => self.at += 1,
+                        }
+                    }
+                    self.at += 1;
+                }
+                _ if depth == 0 => {
+                    // A scalar: up to the next structural byte or whitespace.
+                    while let Some(&c) = self.bytes.get(self.at) {
+                        if matches!(
+                            c,
+                            b',' | b':'
+                                | b'{'
+                                | b'}'
+                                | b'['
+                                | b']'
+                                | b'"'
+                                | b' '
+                                | b'\n'
+                                | b'\r'
+                                | b'\t'
+                        ) {
+                            break;
+                        }
+                        self.at += 1;
+                    }
+                }
+                _ => self.at += 1,
+            }
+            if depth == 0 {
+                break;
+            }
+        }
+        self.text.get(start..self.at)
+    }
+
+    /// The next value, deserialized by `serde_json` from its own text.
+    fn serde<T: de::DeserializeOwned>(&mut self) -> Option<T> {
+        serde_json::from_str(self.raw()?).ok()
+    }
+
+    /// An object value that is most often `{}`: no parse, no allocation then.
+    fn maybe_empty<T: de::DeserializeOwned + Default>(&mut self) -> Option<T> {
+        if self.peek()? == b'{' {
+            let save = self.at;
+            self.at += 1;
+            if self.peek()? == b'}' {
+                self.at += 1;
+                return Some(T::default());
+            }
+            self.at = save;
+        }
+        self.serde()
+    }
+
+    /// The header object.
+    fn header<'a>(&mut self, ctx: &Ctx<'a>) -> Option<RawHeader<'a>> {
+        let (mut blocks, mut meta, mut meta_types, mut step, mut time, mut cell) =
+            (None, None, None, None, None, None);
+        self.object(|s, key| match key {
+            "blocks" => once(&mut blocks, s.blocks(ctx)?),
+            "meta" => once(&mut meta, s.maybe_empty()?),
+            "meta_types" => once(&mut meta_types, s.maybe_empty()?),
+            "step" => {
+                let v = match s.peek()? {
+                    b'-' | b'0'..=b'9' => {
+                        let save = s.at;
+                        match s.int_value() {
+                            Some(v) => v,
+                            None => {
+                                s.at = save;
+                                s.serde()?
+                            }
+                        }
+                    }
+                    _ => s.serde()?,
+                };
+                once(&mut step, v)
+            }
+            "time" => once(&mut time, s.serde()?),
+            "box" => once(&mut cell, s.serde()?),
+            _ => s.serde::<IgnoredAny>().map(drop),
+        })?;
+        Some(RawHeader {
+            blocks: blocks?,
+            meta,
+            meta_types,
+            step,
+            time,
+            cell,
         })
     }
+
+    /// The `blocks` object.
+    fn blocks<'a>(&mut self, ctx: &Ctx<'a>) -> Option<BTreeMap<String, BlockRef<'a>>> {
+        let mut blocks = BTreeMap::new();
+        self.object(|s, name| {
+            let block = s.block(ctx)?;
+            blocks
+                .insert(name.to_owned(), block)
+                .is_none()
+                .then_some(())
+        })?;
+        Some(blocks)
+    }
+
+    /// One block object.
+    fn block<'a>(&mut self, ctx: &Ctx<'a>) -> Option<BlockRef<'a>> {
+        let (mut count, mut structural_shape, mut columns, mut targets, mut attributes) =
+            (None, None, None, None, None);
+        self.object(|s, key| match key {
+            "count" => once(&mut count, s.u64()?),
+            "structural_shape" => {
+                let v = if s.peek()? == b'n' {
+                    s.literal("null")?;
+                    None
+                } else {
+                    Some(s.u64_array()?)
+                };
+                once(&mut structural_shape, v)
+            }
+            "columns" => once(&mut columns, s.columns(ctx)?),
+            "targets" => once(&mut targets, s.maybe_empty()?),
+            "attributes" => once(&mut attributes, s.maybe_empty()?),
+            _ => s.serde::<IgnoredAny>().map(drop),
+        })?;
+        let count = count?;
+        let columns: BTreeMap<String, ColumnRef<'a>> = columns?;
+        if columns.values().any(|c| c.shape[0] != count) {
+            return None;
+        }
+        Some(BlockRef {
+            count,
+            structural_shape: structural_shape.flatten(),
+            targets: targets.unwrap_or_default(),
+            attributes: attributes.unwrap_or_default(),
+            columns,
+        })
+    }
+
+    /// A block's `columns` object.
+    fn columns<'a>(&mut self, ctx: &Ctx<'a>) -> Option<BTreeMap<String, ColumnRef<'a>>> {
+        let mut columns = BTreeMap::new();
+        self.object(|s, name| {
+            let column = s.column(ctx)?;
+            columns
+                .insert(name.to_owned(), column)
+                .is_none()
+                .then_some(())
+        })?;
+        Some(columns)
+    }
+
+    /// One column entry.
+    fn column<'a>(&mut self, ctx: &Ctx<'a>) -> Option<ColumnRef<'a>> {
+        let (mut dtype, mut shape, mut offset, mut values, mut validity, mut precision) =
+            (None, None, None, None, None, None);
+        self.object(|s, key| match key {
+            "dtype" => once(&mut dtype, DType::parse(s.plain_str()?)?),
+            "shape" => once(&mut shape, s.u64_array()?),
+            "offset" => once(&mut offset, s.u64()?),
+            "values" => once(&mut values, s.serde::<Vec<String>>()?),
+            "validity" => once(&mut validity, s.u64()?),
+            "precision" => once(&mut precision, s.serde::<f64>()?),
+            _ => s.serde::<IgnoredAny>().map(drop),
+        })?;
+        column_from_parts(ctx, dtype?, shape, offset, values, validity, precision).ok()
+    }
+
+    /// A document of plain keys (no escapes) whose values are integers,
+    /// numbers or plain strings, in one pass; `None` on anything else (the
+    /// caller then hands the whole document to `serde_json`). A repeated key
+    /// keeps its last value, as `serde_json`'s map does.
+    fn simple_doc(&mut self) -> Option<Document> {
+        let mut doc = Document::new();
+        self.object(|s, key| {
+            let v = match s.peek()? {
+                b'"' => Value::String(s.plain_str()?.to_owned()),
+                _ => s.number()?,
+            };
+            doc.insert(key.to_owned(), v);
+            Some(())
+        })?;
+        Some(doc)
+    }
+
+    /// A JSON number as `serde_json` reads it into a `Value`: an integer as
+    /// [`Scan::int_value`]; a real (a fraction or an exponent) through the
+    /// standard library's correctly rounded parse, which is `serde_json`'s
+    /// result with `float_roundtrip`, when finite (`serde_json` refuses an
+    /// out-of-range real); `None` for anything else.
+    fn number(&mut self) -> Option<Value> {
+        self.ws();
+        let start = self.at;
+        let digits = |s: &mut Self| {
+            let from = s.at;
+            while s.bytes.get(s.at).is_some_and(u8::is_ascii_digit) {
+                s.at += 1;
+            }
+            s.at - from
+        };
+        if self.bytes.get(self.at) == Some(&b'-') {
+            self.at += 1;
+        }
+        let int_start = self.at;
+        let int_len = digits(self);
+        if int_len == 0 || (int_len > 1 && self.bytes[int_start] == b'0') {
+            return None;
+        }
+        let mut real = false;
+        if self.bytes.get(self.at) == Some(&b'.') {
+            self.at += 1;
+            if digits(self) == 0 {
+                return None;
+            }
+            real = true;
+        }
+        if matches!(self.bytes.get(self.at), Some(b'e' | b'E')) {
+            self.at += 1;
+            if matches!(self.bytes.get(self.at), Some(b'+' | b'-')) {
+                self.at += 1;
+            }
+            if digits(self) == 0 {
+                return None;
+            }
+            real = true;
+        }
+        if !real {
+            self.at = start;
+            return self.int_value();
+        }
+        let x: f64 = self.text.get(start..self.at)?.parse().ok()?;
+        if !x.is_finite() {
+            return None;
+        }
+        Some(Value::Number(serde_json::Number::from_f64(x)?))
+    }
+
+    /// Consumes the literal `word` (after whitespace), which must end there.
+    fn literal(&mut self, word: &str) -> Option<()> {
+        self.ws();
+        let end = self.at.checked_add(word.len())?;
+        if self.bytes.get(self.at..end)? != word.as_bytes()
+            || self.bytes.get(end).is_some_and(u8::is_ascii_alphanumeric)
+        {
+            return None;
+        }
+        self.at = end;
+        Some(())
+    }
+}
+
+/// Stores a field the first time; `None` (give up) on a repeated key.
+#[inline]
+fn once<T>(slot: &mut Option<T>, value: T) -> Option<()> {
+    if slot.is_some() {
+        return None;
+    }
+    *slot = Some(value);
+    Some(())
 }
 
 // ---------------------------------------------------------------------------

@@ -319,7 +319,9 @@ pub fn prepare_system(frame: &mut Frame, at: &str) -> Result<()> {
         prepare_block(block, &bat)?;
     }
     check_cell(frame.cell.as_mut(), &format!("{at}.box"))?;
-    check_row_references(&frame.blocks, None, &format!("{at}.blocks"))
+    let blocks: BTreeMap<&str, &Block> =
+        frame.blocks.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    check_row_references(&blocks, None).map_err(|e| e.within(at))
 }
 
 /// Tags every meta key (inferring missing tags) and normalizes each value.
@@ -368,10 +370,10 @@ fn check_cell(cell: Option<&mut Cell>, at: &str) -> Result<()> {
 /// Checks the row references of resolved `blocks`: endpoint columns point at
 /// `atoms`, declared `targets` at their block; `fallback` supplies blocks of
 /// the system for a trajectory frame (the two sides are presented joined).
+/// Paths are relative to the frame (`blocks.<name>.columns.<col>`).
 fn check_row_references(
-    blocks: &BTreeMap<String, Block>,
-    fallback: Option<&BTreeMap<String, Block>>,
-    at: &str,
+    blocks: &BTreeMap<&str, &Block>,
+    fallback: Option<&BTreeMap<&str, &Block>>,
 ) -> Result<()> {
     for (name, block) in blocks {
         for (col, column) in &block.columns {
@@ -380,15 +382,15 @@ fn check_row_references(
                 None if ENDPOINT_COLUMNS.contains(&col.as_str()) => "atoms",
                 None => continue,
             };
-            let cat = format!("{at}.{name}.columns.{col}");
             if block.count == 0 {
                 continue;
             }
+            let cat = || format!("blocks.{name}.columns.{col}");
             let rows = if let Some(abs) = target.strip_prefix('/') {
                 let Some(("system", tb)) = abs.split_once('/') else {
                     refuse!(
                         RowReferenceTarget,
-                        cat,
+                        cat(),
                         "absolute target `{target}` is not a system block"
                     );
                 };
@@ -402,14 +404,14 @@ fn check_row_references(
             let Some(rows) = rows else {
                 refuse!(
                     RowReferenceTarget,
-                    cat,
+                    cat(),
                     "references block `{target}`, which is not in the frame"
                 );
             };
             let Some(values) = column.data.as_u64() else {
                 refuse!(
                     RowReferenceRange,
-                    cat,
+                    cat(),
                     "a row reference must be u64, not {}",
                     column.dtype()
                 );
@@ -424,7 +426,7 @@ fn check_row_references(
                 if valid && *v >= rows {
                     refuse!(
                         RowReferenceRange,
-                        format!("{cat}.values[{i}]"),
+                        format!("{}.values[{i}]", cat()),
                         "row {v} out of range: `{target}` has {rows} rows"
                     );
                 }
@@ -800,198 +802,252 @@ fn prepare_trajectory(
     schema: &SequenceSchema,
     at: &str,
 ) -> Result<()> {
-    let has_time = traj.frames.first().is_some_and(|f| f.time.is_some());
-    let mut previous_step: Option<i64> = None;
-    let mut column_sets: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut resolved: BTreeMap<String, Block> = BTreeMap::new();
     let no_blocks = BTreeMap::new();
     let system_blocks = system.map(|s| &s.blocks).unwrap_or(&no_blocks);
-    for name in schema.blocks.keys() {
-        if schema.blocks[name].aligned_with.is_some() && system_blocks.contains_key(name) {
+    for (name, decl) in &schema.blocks {
+        if decl.aligned_with.is_some() && system_blocks.contains_key(name) {
             refuse!(
                 AlignedNotSystemName,
-                format!("{at}"),
+                at,
                 "aligned block `{name}` shares its name with a system block"
             );
         }
     }
+    // Paths are formatted only on the error path: readers run this for every
+    // record they hand back, so the loop must not allocate per frame.
+    let has_time = traj.frames.first().is_some_and(|f| f.time.is_some());
+    let mut previous_step: Option<i64> = None;
+    let mut column_sets: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (i, step) in traj.frames.iter_mut().enumerate() {
-        let fat = format!("{at}.frames[{i}]");
-        if let Some(prev) = previous_step {
-            if step.step <= prev {
-                refuse!(
-                    StepIncreasing,
-                    format!("{fat}.step"),
-                    "step {} after step {prev}: steps must strictly increase",
-                    step.step
-                );
-            }
-        }
+        prepare_step(
+            step,
+            previous_step,
+            has_time,
+            &mut column_sets,
+            system_blocks,
+            schema,
+        )
+        .map_err(|e| e.within(&format!("{at}.frames[{i}]")))?;
         previous_step = Some(step.step);
-        if step.time.is_some() != has_time {
-            refuse!(
-                TimeAllOrNone,
-                format!("{fat}.time"),
-                "time must be on every frame or on none"
-            );
-        }
-        prepare_step_meta(&mut step.meta, schema, &format!("{fat}.meta"))?;
-        check_cell(step.cell.as_mut(), &format!("{fat}.box"))?;
-        for (name, block) in &mut step.blocks {
-            let bat = format!("{fat}.blocks.{name}");
-            let Some(decl) = schema.blocks.get(name) else {
-                refuse!(
-                    RecordOutsideDeclaration,
-                    bat,
-                    "block `{name}` is not declared in sequence_schema"
-                );
-            };
-            if name == "box" {
-                refuse!(
-                    FrameReservedBlockName,
-                    bat,
-                    "block name `box` is reserved in a frame"
-                );
-            }
-            if let Some(shape) = &decl.structural_shape {
-                let product = shape.iter().try_fold(1u64, |a, &b| a.checked_mul(b));
-                if block.count != 0 && product != Some(block.count) {
-                    refuse!(
-                        StructuralShapeFixed,
-                        bat,
-                        "count {} differs from the declared structural_shape {shape:?}",
-                        block.count
-                    );
-                }
-            }
-            check_structural_shape(block, &bat)?;
-            let names: Vec<String> = block.columns.keys().cloned().collect();
-            match column_sets.get(name) {
-                Some(first) if *first != names => {
-                    refuse!(
-                        BlockColumnSetStable,
-                        bat,
-                        "columns {names:?} differ from this record's earlier update {first:?}"
-                    );
-                }
-                Some(_) => {}
-                None => {
-                    column_sets.insert(name.clone(), names);
-                }
-            }
-            for (col, column) in &mut block.columns {
-                let cat = format!("{bat}.columns.{col}");
-                let Some(cd) = decl.columns.get(col) else {
-                    refuse!(
-                        RecordOutsideDeclaration,
-                        cat,
-                        "column `{col}` is not declared for block `{name}`"
-                    );
-                };
-                if column.precision.is_some() {
-                    refuse!(
-                        PrecisionPlacement,
-                        cat,
-                        "a trajectory column takes its precision from sequence_schema"
-                    );
-                }
-                if column.dtype() != cd.dtype
-                    || column.shape.get(1..).unwrap_or_default() != cd.trailing.as_slice()
-                {
-                    refuse!(
-                        RecordOutsideDeclaration,
-                        cat,
-                        "{} {:?} differs from the declared {} with trailing {:?}",
-                        column.dtype(),
-                        column.shape,
-                        cd.dtype,
-                        cd.trailing
-                    );
-                }
-                prepare_column(column, col, block.count, cd.precision, &cat)?;
-                column.precision = None;
-                if column.validity.is_some() && !cd.nullable {
-                    refuse!(
-                        RecordOutsideDeclaration,
-                        cat,
-                        "a mask on a column not declared nullable"
-                    );
-                }
-            }
-            if let Some(sys) = system_blocks.get(name) {
-                if block.count != sys.count {
-                    refuse!(
-                        SystemTrajectoryRowCount,
-                        bat,
-                        "{} rows; the system block `{name}` has {}",
-                        block.count,
-                        sys.count
-                    );
-                }
-                if let Some(col) = block.columns.keys().find(|c| sys.columns.contains_key(*c)) {
-                    refuse!(
-                        SystemTrajectoryColumnDisjoint,
-                        format!("{bat}.columns.{col}"),
-                        "column `{col}` is in both the system and the trajectory block"
-                    );
-                }
-            }
+    }
+    // Resolution: the aligned-block rule and row references hold on every
+    // resolved frame; they can only change where an update arrives.
+    let system_refs: BTreeMap<&str, &Block> =
+        system_blocks.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let mut resolved: BTreeMap<&str, &Block> = BTreeMap::new();
+    for (i, step) in traj.frames.iter().enumerate() {
+        if step.blocks.is_empty() {
+            continue;
         }
         for (name, block) in &step.blocks {
-            resolved.insert(name.clone(), block.clone());
+            resolved.insert(name, block);
         }
-        check_aligned(&resolved, schema, &fat)?;
-        check_row_references(&resolved, Some(system_blocks), &format!("{fat}.blocks"))?;
+        check_aligned(&resolved, schema)
+            .and_then(|()| check_row_references(&resolved, Some(&system_refs)))
+            .map_err(|e| e.within(&format!("{at}.frames[{i}]")))?;
+    }
+    Ok(())
+}
+
+/// One trajectory frame; error paths are relative to the frame.
+fn prepare_step(
+    step: &mut Step,
+    previous_step: Option<i64>,
+    has_time: bool,
+    column_sets: &mut BTreeMap<String, Vec<String>>,
+    system_blocks: &BTreeMap<String, Block>,
+    schema: &SequenceSchema,
+) -> Result<()> {
+    if let Some(prev) = previous_step {
+        if step.step <= prev {
+            refuse!(
+                StepIncreasing,
+                "step",
+                "step {} after step {prev}: steps must strictly increase",
+                step.step
+            );
+        }
+    }
+    if step.time.is_some() != has_time {
+        refuse!(
+            TimeAllOrNone,
+            "time",
+            "time must be on every frame or on none"
+        );
+    }
+    prepare_step_meta(&mut step.meta, schema)?;
+    check_cell(step.cell.as_mut(), "box")?;
+    for (name, block) in &mut step.blocks {
+        prepare_update(name, block, column_sets, system_blocks, schema)
+            .map_err(|e| e.within(&format!("blocks.{name}")))?;
+    }
+    Ok(())
+}
+
+/// One presented block of a trajectory frame; error paths are relative to it.
+fn prepare_update(
+    name: &str,
+    block: &mut Block,
+    column_sets: &mut BTreeMap<String, Vec<String>>,
+    system_blocks: &BTreeMap<String, Block>,
+    schema: &SequenceSchema,
+) -> Result<()> {
+    let Some(decl) = schema.blocks.get(name) else {
+        refuse!(
+            RecordOutsideDeclaration,
+            "",
+            "block `{name}` is not declared in sequence_schema"
+        );
+    };
+    if name == "box" {
+        refuse!(
+            FrameReservedBlockName,
+            "",
+            "block name `box` is reserved in a frame"
+        );
+    }
+    if let Some(shape) = &decl.structural_shape {
+        let product = shape.iter().try_fold(1u64, |a, &b| a.checked_mul(b));
+        if block.count != 0 && product != Some(block.count) {
+            refuse!(
+                StructuralShapeFixed,
+                "",
+                "count {} differs from the declared structural_shape {shape:?}",
+                block.count
+            );
+        }
+    }
+    check_structural_shape(block, "")?;
+    match column_sets.get(name) {
+        Some(first) if !first.iter().eq(block.columns.keys()) => {
+            let names: Vec<&String> = block.columns.keys().collect();
+            refuse!(
+                BlockColumnSetStable,
+                "",
+                "columns {names:?} differ from this record's earlier update {first:?}"
+            );
+        }
+        Some(_) => {}
+        None => {
+            column_sets.insert(name.to_string(), block.columns.keys().cloned().collect());
+        }
+    }
+    let count = block.count;
+    for (col, column) in &mut block.columns {
+        prepare_trajectory_column(name, col, column, count, decl)
+            .map_err(|e| e.within(&format!("columns.{col}")))?;
+    }
+    if let Some(sys) = system_blocks.get(name) {
+        if block.count != sys.count {
+            refuse!(
+                SystemTrajectoryRowCount,
+                "",
+                "{} rows; the system block `{name}` has {}",
+                block.count,
+                sys.count
+            );
+        }
+        if let Some(col) = block.columns.keys().find(|c| sys.columns.contains_key(*c)) {
+            refuse!(
+                SystemTrajectoryColumnDisjoint,
+                format!("columns.{col}"),
+                "column `{col}` is in both the system and the trajectory block"
+            );
+        }
+    }
+    Ok(())
+}
+
+fn prepare_trajectory_column(
+    block: &str,
+    col: &str,
+    column: &mut Column,
+    count: u64,
+    decl: &BlockDecl,
+) -> Result<()> {
+    let Some(cd) = decl.columns.get(col) else {
+        refuse!(
+            RecordOutsideDeclaration,
+            "",
+            "column `{col}` is not declared for block `{block}`"
+        );
+    };
+    if column.precision.is_some() {
+        refuse!(
+            PrecisionPlacement,
+            "",
+            "a trajectory column takes its precision from sequence_schema"
+        );
+    }
+    if column.dtype() != cd.dtype
+        || column.shape.get(1..).unwrap_or_default() != cd.trailing.as_slice()
+    {
+        refuse!(
+            RecordOutsideDeclaration,
+            "",
+            "{} {:?} differs from the declared {} with trailing {:?}",
+            column.dtype(),
+            column.shape,
+            cd.dtype,
+            cd.trailing
+        );
+    }
+    prepare_column(column, col, count, cd.precision, "")?;
+    column.precision = None;
+    if column.validity.is_some() && !cd.nullable {
+        refuse!(
+            RecordOutsideDeclaration,
+            "",
+            "a mask on a column not declared nullable"
+        );
     }
     Ok(())
 }
 
 /// Per-step meta: every key declared, values normalized, fills materialized.
-fn prepare_step_meta(meta: &mut Document, schema: &SequenceSchema, at: &str) -> Result<()> {
+/// Error paths are relative to the frame (`meta.<key>`).
+fn prepare_step_meta(meta: &mut Document, schema: &SequenceSchema) -> Result<()> {
     if let Some(extra) = meta.keys().find(|k| !schema.meta.contains_key(*k)) {
         refuse!(
             RecordOutsideDeclaration,
-            format!("{at}.{extra}"),
+            format!("meta.{extra}"),
             "per-step key `{extra}` is not declared"
         );
     }
     for (key, decl) in &schema.meta {
-        let kat = format!("{at}.{key}");
-        let value = match (meta.get(key), &decl.fill) {
-            (Some(v), _) => v,
-            (None, Some(fill)) => fill,
+        let normal = match (meta.get(key), &decl.fill) {
+            // Already canonical (the common case): nothing to rebuild.
+            (Some(v), _) if typed_json::normalize(decl.tag, v).as_ref() == Ok(v) => continue,
+            (Some(v), _) => typed_json::normalize(decl.tag, v),
+            (None, Some(fill)) => typed_json::normalize(decl.tag, fill),
             (None, None) => refuse!(
                 StepMetaRequired,
-                kat,
+                format!("meta.{key}"),
                 "declared per-step key `{key}` is missing and has no fill"
             ),
         };
-        let normal = typed_json::normalize(decl.tag, value)
-            .map_err(|e| Error::refused(Clause::TypedValue, &kat, e))?;
+        let normal =
+            normal.map_err(|e| Error::refused(Clause::TypedValue, format!("meta.{key}"), e))?;
         meta.insert(key.clone(), normal);
     }
     Ok(())
 }
 
-/// The aligned-block row-count rule on one resolved frame.
-fn check_aligned(
-    resolved: &BTreeMap<String, Block>,
-    schema: &SequenceSchema,
-    at: &str,
-) -> Result<()> {
+/// The aligned-block row-count rule on one resolved frame (paths relative to it).
+fn check_aligned(resolved: &BTreeMap<&str, &Block>, schema: &SequenceSchema) -> Result<()> {
     for (name, decl) in &schema.blocks {
-        let (Some(target), Some(block)) = (&decl.aligned_with, resolved.get(name)) else {
+        let (Some(target), Some(block)) = (&decl.aligned_with, resolved.get(name.as_str())) else {
             continue;
         };
-        match resolved.get(target) {
+        match resolved.get(target.as_str()) {
             None => refuse!(
                 AlignedRowCount,
-                format!("{at}.blocks.{name}"),
+                format!("blocks.{name}"),
                 "aligned block is present while its target `{target}` is absent"
             ),
             Some(t) if t.count != block.count => refuse!(
                 AlignedRowCount,
-                format!("{at}.blocks.{name}"),
+                format!("blocks.{name}"),
                 "{} rows, its target `{target}` has {}",
                 block.count,
                 t.count

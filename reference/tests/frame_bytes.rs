@@ -1,6 +1,8 @@
 //! Frame bytes: round trips of every dtype, alignment, views, and every refusal.
 
-use molrec::frame_bytes::{decode, encode, ColumnBytes, FrameInfo, FrameRef, MAX_HEADER_LEN};
+use molrec::frame_bytes::{
+    decode, decode_fast, decode_reference, encode, ColumnBytes, FrameInfo, FrameRef, MAX_HEADER_LEN,
+};
 use molrec::model::{Block, Cell, Column, ColumnData, Document};
 use molrec::typed_json::MetaTag;
 use molrec::{Clause, DType};
@@ -274,38 +276,45 @@ fn every_dtype_round_trips() {
     }
 }
 
+/// Random blocks: up to 3 blocks of up to 5 columns of any dtype, masks,
+/// structural shapes, targets and attributes.
+fn random_blocks(rng: &mut Rng) -> BTreeMap<String, Block> {
+    let mut blocks = BTreeMap::new();
+    for b in 0..rng.below(4) {
+        let rows = rng.below(9);
+        let mut block = Block {
+            count: rows,
+            ..Block::default()
+        };
+        if rng.below(3) == 0 && rows > 0 {
+            block.structural_shape = Some(vec![1, rows]);
+        }
+        if rng.below(3) == 0 {
+            block.targets.insert("ref".into(), "atoms".into());
+            block
+                .attributes
+                .insert("note".into(), json!({"k": [1, 2.5, "s"]}));
+        }
+        for c in 0..rng.below(6) {
+            let dtype = DType::ALL[rng.below(13) as usize];
+            let trailing: Vec<u64> = (0..rng.below(3)).map(|_| rng.below(4)).collect();
+            let masked = rng.below(2) == 0;
+            block.columns.insert(
+                format!("c{c}\u{e9}"),
+                column(dtype, rows, &trailing, masked, rng),
+            );
+        }
+        blocks.insert(format!("b{b}"), block);
+    }
+    blocks
+}
+
 #[test]
 fn random_frames_round_trip() {
     let mut rng = Rng(42);
     let infos = frame_info_variants();
     for i in 0..300 {
-        let mut blocks = BTreeMap::new();
-        for b in 0..rng.below(4) {
-            let rows = rng.below(9);
-            let mut block = Block {
-                count: rows,
-                ..Block::default()
-            };
-            if rng.below(3) == 0 && rows > 0 {
-                block.structural_shape = Some(vec![1, rows]);
-            }
-            if rng.below(3) == 0 {
-                block.targets.insert("ref".into(), "atoms".into());
-                block
-                    .attributes
-                    .insert("note".into(), json!({"k": [1, 2.5, "s"]}));
-            }
-            for c in 0..rng.below(6) {
-                let dtype = DType::ALL[rng.below(13) as usize];
-                let trailing: Vec<u64> = (0..rng.below(3)).map(|_| rng.below(4)).collect();
-                let masked = rng.below(2) == 0;
-                block.columns.insert(
-                    format!("c{c}\u{e9}"),
-                    column(dtype, rows, &trailing, masked, &mut rng),
-                );
-            }
-            blocks.insert(format!("b{b}"), block);
-        }
+        let blocks = random_blocks(&mut rng);
         let info = &infos[i % infos.len()];
         round_trip(&blocks, info, rng.below(2) == 0);
     }
@@ -1034,4 +1043,298 @@ fn speed_typical_frame() {
         value.len(),
         header.len()
     );
+}
+
+/// Decodes the typical frame `FRAME_BYTES_DECODE_CALLS` times (default 1000)
+/// and nothing else: run it under `valgrind --tool=callgrind` with two call
+/// counts and divide the difference of the totals by the difference of the
+/// counts for the instructions of one decode (drop included).
+#[test]
+fn decode_loop_typical_frame() {
+    let (blocks, info) = typical_frame();
+    let mut value = Vec::new();
+    encode(&blocks, &info, false, &mut value);
+    let calls: usize = std::env::var("FRAME_BYTES_DECODE_CALLS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1000);
+    let mut rows = 0;
+    for _ in 0..calls {
+        let f = decode(std::hint::black_box(&value)).unwrap();
+        rows += f.blocks["atoms"].count;
+    }
+    assert_eq!(rows, 30 * calls as u64);
+}
+
+// ---------------------------------------------------------------------------
+// The fast header scanner against the serde path
+// ---------------------------------------------------------------------------
+
+/// `decode` gives exactly what the serde path gives (the same frame, or the
+/// same refusal: clause, place and detail), and the fast scanner alone, when
+/// it answers, gives the serde path's frame. Returns whether the scanner answered.
+fn same_as_reference(v: &[u8]) -> bool {
+    let got = decode(v);
+    let want = decode_reference(v);
+    match (&got, &want) {
+        (Ok(a), Ok(b)) => assert_eq!(format!("{a:?}"), format!("{b:?}"), "{v:?}"),
+        (Err(a), Err(b)) => assert_eq!(
+            (a.clause(), a.to_string()),
+            (b.clause(), b.to_string()),
+            "{v:?}"
+        ),
+        (a, b) => panic!(
+            "decode {:?} but the serde path {:?} on {:?}",
+            a.as_ref().map(|_| ()).map_err(|e| e.to_string()),
+            b.as_ref().map(|_| ()).map_err(|e| e.to_string()),
+            String::from_utf8_lossy(v)
+        ),
+    }
+    let Some(fast) = decode_fast(v) else {
+        return false;
+    };
+    match &want {
+        Ok(b) => assert_eq!(format!("{fast:?}"), format!("{b:?}")),
+        Err(e) => panic!(
+            "the fast scanner accepted what the serde path refuses ({e}): {:?}",
+            String::from_utf8_lossy(v)
+        ),
+    }
+    true
+}
+
+/// A value with its header text replaced (payload kept).
+fn with_header(value: &[u8], header: &[u8]) -> Vec<u8> {
+    let (payload, _) = header_of(value);
+    let mut v = b"MRF1".to_vec();
+    v.extend_from_slice(&(header.len() as u32).to_le_bytes());
+    v.extend_from_slice(header);
+    v.resize(v.len().next_multiple_of(8), 0);
+    v.extend_from_slice(&value[payload..]);
+    v
+}
+
+#[test]
+fn fast_scanner_matches_serde_on_random_frames() {
+    let mut rng = Rng(31337);
+    let infos = frame_info_variants();
+    let (mut fast, mut total) = (0, 0);
+    for i in 0..3000 {
+        let mut blocks = random_blocks(&mut rng);
+        if rng.below(10) == 0 {
+            // Names that need escapes: the scanner gives them to serde.
+            let b = blocks.pop_first().map(|(_, b)| b).unwrap_or_default();
+            blocks.insert("q\"\\\n".into(), b);
+        }
+        let mut value = Vec::new();
+        encode(
+            &blocks,
+            &infos[i % infos.len()],
+            rng.below(2) == 0,
+            &mut value,
+        );
+        fast += usize::from(same_as_reference(&value));
+        total += 1;
+        // The same header pretty-printed (whitespace everywhere).
+        let len = u32::from_le_bytes(value[4..8].try_into().unwrap()) as usize;
+        let header: Value = serde_json::from_slice(&value[8..8 + len]).unwrap();
+        let pretty = serde_json::to_vec_pretty(&header).unwrap();
+        // serde_json::Value re-sorts keys: offsets stay valid, only order changes.
+        fast += usize::from(same_as_reference(&with_header(&value, &pretty)));
+        total += 1;
+    }
+    // Most frames take the fast path.
+    assert!(fast * 10 > total * 8, "fast path on {fast} of {total}");
+}
+
+/// Typical values to mutate: the typical frame, a system-like frame with
+/// meta types, a cell and precisions, and a frame of every dtype.
+fn typical_values() -> Vec<Vec<u8>> {
+    let (blocks, info) = typical_frame();
+    let mut typical = Vec::new();
+    encode(&blocks, &info, false, &mut typical);
+    let mut rng = Rng(5);
+    let mut block = Block {
+        count: 3,
+        ..Block::default()
+    };
+    for (i, dtype) in DType::ALL.into_iter().enumerate() {
+        block.columns.insert(
+            format!("c{i:02}"),
+            column(dtype, 3, &[], i % 3 == 0, &mut rng),
+        );
+    }
+    block.targets.insert("c00".into(), "b".into());
+    block.attributes.insert("a".into(), json!([1, {"b": null}]));
+    let mut all = Vec::new();
+    encode(
+        &BTreeMap::from([("b".to_string(), block)]),
+        &frame_info_variants()[2],
+        true,
+        &mut all,
+    );
+    let mut system = Vec::new();
+    let (mut blocks, _) = typical_frame();
+    for c in blocks.get_mut("atoms").unwrap().columns.values_mut() {
+        c.precision = Some(1e-3);
+    }
+    encode(&blocks, &frame_info_variants()[7], true, &mut system);
+    vec![typical, all, system]
+}
+
+#[test]
+fn fast_scanner_matches_serde_on_mutations() {
+    let mut rng = Rng(77);
+    for value in typical_values() {
+        assert!(
+            same_as_reference(&value),
+            "the fast path takes a typical value"
+        );
+        let (payload, _) = header_of(&value);
+        let len = u32::from_le_bytes(value[4..8].try_into().unwrap()) as usize;
+        let header = value[8..8 + len].to_vec();
+        // Every truncation of the value, and of the header text alone.
+        for cut in 0..value.len() {
+            same_as_reference(&value[..cut]);
+        }
+        for cut in 0..header.len() {
+            same_as_reference(&with_header(&value, &header[..cut]));
+        }
+        // Every single-byte substitution over the prefix and the header.
+        const BYTES: &[u8] = b" \t\n\"\\0159-+.eE{}[],:nulltrfa_xyz\x00\x1f\x7f\xc3\xff";
+        for at in 0..payload.min(value.len()) {
+            for &b in BYTES {
+                if value[at] != b {
+                    let mut v = value.clone();
+                    v[at] = b;
+                    same_as_reference(&v);
+                }
+            }
+        }
+        // Every deletion and duplication of one header byte.
+        for at in 0..header.len() {
+            let mut h = header.clone();
+            h.remove(at);
+            same_as_reference(&with_header(&value, &h));
+            let mut h = header.clone();
+            h.insert(at, header[at]);
+            same_as_reference(&with_header(&value, &h));
+        }
+        // Random splices: a piece of the header copied over another place.
+        for _ in 0..20_000 {
+            let a = rng.below(header.len() as u64) as usize;
+            let b = a + rng.below((header.len() - a) as u64 + 1) as usize;
+            let at = rng.below(header.len() as u64 + 1) as usize;
+            let mut h = header.clone();
+            if rng.below(2) == 0 {
+                let end = (at + rng.below(8) as usize).min(h.len());
+                h.splice(at..end, header[a..b].iter().copied());
+            } else {
+                h.splice(at..at, header[a..b].iter().copied());
+            }
+            same_as_reference(&with_header(&value, &h));
+        }
+    }
+}
+
+#[test]
+fn fast_scanner_matches_serde_on_hand_written_headers() {
+    let col = r#"{"dtype": "f64", "shape": [2], "offset": 0}"#;
+    let headers = [
+        one_column(col, 2),
+        one_column(r#"{"dtype": "f64", "shape": [2], "offset": 0, "extra": [1, {"a": "\u00e9"}]}"#, 2),
+        one_column(r#"{"dtype": "f64", "shape": [2], "offset": 0, "dtype": "f64"}"#, 2),
+        one_column(r#"{"dtype": "f\u0036\u0034", "shape": [2], "offset": 0}"#, 2),
+        one_column(r#"{"dtype": "f64", "shape": [2.0], "offset": 0}"#, 2),
+        one_column(r#"{"dtype": "f64", "shape": [2], "offset": 0e0}"#, 2),
+        one_column(r#"{"dtype": "f64", "shape": [2], "offset": -0}"#, 2),
+        one_column(r#"{"dtype": "f64", "shape": [02], "offset": 0}"#, 2),
+        one_column(r#"{"dtype": "f64", "shape": [2], "offset": 0, "precision": 1}"#, 2),
+        one_column(r#"{"dtype": "f64", "shape": [2], "offset": 0, "precision": -0}"#, 2),
+        one_column(r#"{"dtype": "f64", "shape": [2], "offset": 0, "precision": 1e999}"#, 2),
+        one_column(r#"{"dtype": "f64", "shape": [2], "offset": 0, "precision": null}"#, 2),
+        one_column(r#"{"dtype": "string", "shape": [2], "values": ["a", "\"b\""]}"#, 2),
+        one_column(r#"{"dtype": "string", "shape": [2], "values": ["a"]}"#, 2),
+        one_column(r#"{"dtype": "u8", "shape": [2, 0], "offset": 0, "validity": 0}"#, 2),
+        one_column(r#"{"dtype": "u8", "shape": [2], "offset": 0, "validity": 8}"#, 2),
+        one_column(col, 3),
+        r#"{"blocks": {}}"#.into(),
+        r#" {"blocks": {}} "#.into(),
+        r#"{"blocks": {}} x"#.into(),
+        r#"{"blocks": {}, "blocks": {}}"#.into(),
+        r#"{"blocks": {}, "step": -0}"#.into(),
+        r#"{"blocks": {}, "step": -9223372036854775808}"#.into(),
+        r#"{"blocks": {}, "step": -9223372036854775809}"#.into(),
+        r#"{"blocks": {}, "step": 18446744073709551615}"#.into(),
+        r#"{"blocks": {}, "step": 1.5}"#.into(),
+        r#"{"blocks": {}, "step": "12"}"#.into(),
+        r#"{"blocks": {}, "time": 1e-7, "box": {"vectors": [[1,0,0],[0,1,0],[0,0,1]]}}"#.into(),
+        r#"{"blocks": {}, "meta": {"a": 1, "a": 2}, "meta_types": {"a": "i64"}}"#.into(),
+        r#"{"blocks": {}, "meta": {"a": "x"}, "meta_types": {"a": "i64"}}"#.into(),
+        r#"{"blocks": {}, "meta": null}"#.into(),
+        r#"{"blocks": {"a": {"count": 0, "columns": {}, "structural_shape": null, "targets": {}, "attributes": {}}}}"#.into(),
+        r#"{"blocks": {"a": {"count": 0, "columns": {}, "structural_shape": nul}}}"#.into(),
+        r#"{"blocks": {"a": {"count": 0, "columns": {}, "structural_shape": nullx}}}"#.into(),
+        r#"{"blocks": {"a": {"count": 0, "columns": {}}, "a": {"count": 0, "columns": {}}}}"#.into(),
+        format!(r#"{{"blocks": {{}}, "meta": {{"a": {}1{}}}}}"#, "[".repeat(70), "]".repeat(70)),
+        format!(r#"{{"blocks": {{}}, "meta": {{"a": {}1{}}}}}"#, "[".repeat(126), "]".repeat(126)),
+        format!(r#"{{"blocks": {{}}, "x": {}1{}}}"#, "[".repeat(127), "]".repeat(127)),
+    ];
+    for h in &headers {
+        same_as_reference(&value_of(h, &[1u8; 16]));
+    }
+    // Numbers in a simple meta: the scanner's reals are serde_json's.
+    let mut rng = Rng(11);
+    let fixed = [
+        "-0",
+        "0",
+        "-0.0",
+        "0e0",
+        "1E+2",
+        "1e-400",
+        "-1e-400",
+        "4.9e-324",
+        "2.4703282292062328e-324",
+        "2.2250738585072011e-308",
+        "1.7976931348623157e308",
+        "1.7976931348623158e308",
+        "1.7976931348623159e308",
+        "1e309",
+        "9007199254740993",
+        "9007199254740993.0",
+        "18446744073709551615",
+        "18446744073709551616",
+        "-9223372036854775808",
+        "-9223372036854775809",
+        "123456789012345678901234567890",
+        "0.1",
+        "1.",
+        ".5",
+        "01",
+        "1e",
+        "-",
+        "+1",
+        "1.5e3.2",
+        "0.30000000000000004",
+        "1_0",
+    ];
+    let mut numbers: Vec<String> = fixed.iter().map(|s| s.to_string()).collect();
+    for _ in 0..20_000 {
+        let x = f64::from_bits(rng.next());
+        numbers.push(match rng.below(4) {
+            0 => format!("{x:e}"),
+            1 => format!("{x:.3e}"),
+            2 => format!(
+                "{:.*}",
+                rng.below(25) as usize,
+                (rng.next() as i64 as f64) / 1e9
+            ),
+            _ => format!("{x}"),
+        });
+    }
+    for n in &numbers {
+        let h = format!(r#"{{"blocks": {{}}, "meta": {{"pe": {n}, "s": "x"}}}}"#);
+        same_as_reference(&value_of(&h, &[]));
+    }
+    assert!(same_as_reference(&value_of(&headers[0], &[0u8; 16])));
 }

@@ -794,3 +794,102 @@ fn hostile_frame_values_in_a_file_are_refused_with_their_clause() {
         assert!(at.starts_with("records[1]"), "{name}: refused at {at:?}");
     }
 }
+
+// ---------------------------------------------------------------------------
+// The collection's own index columns: a reader hands back only what a
+// writer accepts (found by tests/mutation.rs: the reader accepted them, the
+// writer then refused what it had read).
+// ---------------------------------------------------------------------------
+
+/// A committed file whose index frame gets `edit` applied to its `records` block.
+fn file_with_index_edit(name: &str, edit_block: impl FnOnce(&mut molrec::model::Block)) -> PathBuf {
+    use molrec::frame_bytes::encode;
+    let path = base_file(name);
+    edit(&path, |db, txn| {
+        let value = db.get(txn, b"index").unwrap().unwrap().to_vec();
+        let frame = decode(&value).unwrap();
+        let mut blocks = frame.to_blocks().unwrap();
+        edit_block(blocks.get_mut("records").unwrap());
+        let mut out = Vec::new();
+        encode(&blocks, &frame.info, true, &mut out);
+        db.put(txn, b"index", &out).unwrap();
+    });
+    path
+}
+
+fn own_column(
+    name: &str,
+    data: molrec::model::ColumnData,
+    precision: Option<f64>,
+) -> impl FnOnce(&mut molrec::model::Block) + '_ {
+    move |block| {
+        let mut column = molrec::model::Column::new(vec![block.count], data);
+        column.precision = precision;
+        block.columns.insert(name.to_string(), column);
+    }
+}
+
+#[test]
+fn reader_refuses_an_own_index_column_at_a_non_canonical_dtype() {
+    use molrec::model::ColumnData;
+    // DIGEST §5: `x` is f64 and `id` u64 wherever they appear; a reader must refuse other widths.
+    for (name, col, data) in [
+        ("index-own-x-u64", "x", ColumnData::U64(vec![1, 2, 3])),
+        (
+            "index-own-id-string",
+            "id",
+            ColumnData::String(vec!["a".into(), "b".into(), "c".into()]),
+        ),
+    ] {
+        let path = file_with_index_edit(name, own_column(col, data, None));
+        let e = match Reader::open(&path).and_then(|r| r.read_collection()) {
+            Ok(c) => panic!(
+                "{name}: read, with own index columns {:?}; the writer refuses them \
+                 ([column.dtype.canonical])",
+                c.index.keys().collect::<Vec<_>>()
+            ),
+            Err(e) => e,
+        };
+        assert_eq!(e.clause(), Some(Clause::DtypeCanonical), "{name}: {e}");
+    }
+}
+
+#[test]
+fn reader_refuses_an_own_index_column_named_validity() {
+    use molrec::model::ColumnData;
+    // DIGEST §6: the column name `_validity` is reserved.
+    let path = file_with_index_edit(
+        "index-own-validity",
+        own_column("_validity", ColumnData::U64(vec![7, 7, 7]), None),
+    );
+    match Reader::open(&path).and_then(|r| r.read_collection()) {
+        Ok(c) => panic!(
+            "read, with own index columns {:?}; the writer refuses `_validity` \
+             ([column.reserved-names])",
+            c.index.keys().collect::<Vec<_>>()
+        ),
+        Err(e) => assert_eq!(e.clause(), Some(Clause::ColumnReservedName), "{e}"),
+    }
+}
+
+#[test]
+fn reader_refuses_precision_on_a_non_f64_index_column() {
+    use molrec::model::ColumnData;
+    // DIGEST §6: a declared precision is for f64 columns only.
+    let path = file_with_index_edit(
+        "index-own-string-precision",
+        own_column(
+            "code",
+            ColumnData::String(vec!["a".into(), "b".into(), "c".into()]),
+            Some(0.001),
+        ),
+    );
+    match Reader::open(&path).and_then(|r| r.read_collection()) {
+        Ok(c) => panic!(
+            "read, with a string index column of precision {:?}; the writer refuses it \
+             ([column.precision.f64-only])",
+            c.index.get("code").map(|c| c.precision)
+        ),
+        Err(e) => assert_eq!(e.clause(), Some(Clause::PrecisionF64Only), "{e}"),
+    }
+}

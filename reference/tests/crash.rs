@@ -1,0 +1,327 @@
+//! Crash safety: a writer killed at any moment leaves a file that every
+//! reader refuses as uncommitted, or (killed after its last commit) the whole
+//! collection. Never a partially readable file.
+//!
+//! `mrec write` runs as a child process and is killed with SIGKILL at seeded
+//! random points between zero and the measured duration of an uninterrupted
+//! write. `MOLREC_CRASH_TRIALS=n` runs n trials (default 20).
+//!
+//! Also here, because their failure mode is the death of the reading
+//! process: a truncated download is opened by `mrec validate` in a child
+//! process, which must exit with a refusal rather than die of a signal.
+
+use molrec::lmdb::{Reader, MAX_READERS};
+use molrec::model_json::{collection_from_json, collection_to_json};
+use molrec::Error;
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MREC: &str = env!("CARGO_BIN_EXE_mrec");
+
+/// Writes a line to the real stderr (libtest captures `eprintln!`, not this).
+fn report(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+fn scratch_dir(what: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("molrec-{what}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn lock_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push("-lock");
+    PathBuf::from(s)
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// `records` records: a 3-atom system, `frames` small trajectory frames each.
+fn collection_json(records: usize, frames: usize) -> Value {
+    let recs: Vec<Value> = (0..records)
+        .map(|r| {
+            let s = r as f64 * 1e-4;
+            let frames: Vec<Value> = (0..frames)
+                .map(|k| {
+                    let x = [0.0 + s, 0.96 + k as f64 * 0.01, -0.24];
+                    json!({"step": k, "meta": {"pe": -76.0 - k as f64 * 0.1},
+                        "blocks": {"atoms": {"count": 3, "columns": {
+                            "x": {"dtype": "f64", "shape": [3], "values": x}}}}})
+                })
+                .collect();
+            json!({
+                "meta": {"n": r},
+                "system": {"blocks": {"atoms": {"count": 3, "columns": {
+                    "element": {"dtype": "string", "shape": [3], "values": ["O", "H", "H"]}}}}},
+                "trajectory": {"frames": frames}
+            })
+        })
+        .collect();
+    json!({"meta": {"units": {"length": "angstrom", "energy": "kcal/mol"}}, "records": recs})
+}
+
+fn mrec_write(model: &Path, out: &Path, batch_bytes: usize) -> Command {
+    let mut c = Command::new(MREC);
+    c.arg("write")
+        .arg(model)
+        .arg(out)
+        .arg("--batch-bytes")
+        .arg(batch_bytes.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// `mrec validate FILE`: exit code (None when killed by a signal) and stderr.
+fn validate(path: &Path) -> (Option<i32>, String) {
+    let out = Command::new(MREC)
+        .arg("validate")
+        .arg(path)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn trials() -> usize {
+    std::env::var("MOLREC_CRASH_TRIALS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20)
+}
+
+#[test]
+fn a_killed_writer_leaves_an_uncommitted_file_or_the_whole_collection() {
+    let dir = scratch_dir("crash");
+    let source = collection_json(3000, 4);
+    let model = dir.join("collection.json");
+    std::fs::write(&model, serde_json::to_vec(&source).unwrap()).unwrap();
+    let in_memory = collection_from_json(&source).unwrap();
+
+    // The uninterrupted write: its duration, when its file appears, what it reads back as.
+    let reference = dir.join("reference.mrec.lmdb");
+    let start = Instant::now();
+    let mut child = mrec_write(&model, &reference, 65536).spawn().unwrap();
+    let mut appeared = None;
+    let status = loop {
+        if appeared.is_none() && reference.exists() {
+            appeared = Some(start.elapsed());
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    };
+    let duration = start.elapsed();
+    assert!(status.success(), "the uninterrupted write failed: {status}");
+    let appeared = appeared.unwrap_or(duration);
+    let expected = collection_to_json(&Reader::open(&reference).unwrap().read_collection().unwrap());
+    assert_eq!(
+        expected["records"].as_array().map(Vec::len),
+        Some(in_memory.records.len())
+    );
+    // Same records as the source read in memory (the file adds what a
+    // reader always returns: the declaration, meta types, molrec_version).
+    let records_of = |v: &Value| {
+        v["records"]
+            .as_array()
+            .map(|a| a.iter().map(|r| r["meta"].clone()).collect::<Vec<_>>())
+    };
+    assert!(records_of(&expected) == records_of(&collection_to_json(&in_memory)));
+    let size = std::fs::metadata(&reference).unwrap().len();
+    report(&format!(
+        "crash: uninterrupted write of 3000 records: {:.0} ms (file appears at {:.0} ms), {size} bytes",
+        duration.as_secs_f64() * 1e3,
+        appeared.as_secs_f64() * 1e3
+    ));
+
+    // Kill points, in time: one trial in ten at a random moment before the
+    // file exists (while the JSON is parsed), the others at a random moment
+    // of the writing phase, measured from when this trial's file appears
+    // (parse times vary with the machine's load; the writing phase is what
+    // the test is about).
+    let mut rng = Rng(0x6372_6173_68);
+    let writing = duration.saturating_sub(appeared).as_secs_f64();
+    let (mut absent, mut uncommitted, mut complete, mut empty) = (0, 0, 0, 0);
+    let mut failures = Vec::new();
+    let n = trials();
+    for t in 0..n {
+        let out = dir.join(format!("trial{t}.mrec.lmdb"));
+        let before_file = rng.next() % 10 == 0;
+        let fraction = rng.unit();
+        let spawned = Instant::now();
+        let mut child = mrec_write(&model, &out, 65536).spawn().unwrap();
+        let when = if before_file {
+            let delay = Duration::from_secs_f64(appeared.as_secs_f64() * fraction);
+            std::thread::sleep(delay);
+            format!("{:.0} ms after the start", delay.as_secs_f64() * 1e3)
+        } else {
+            while !out.exists() && child.try_wait().unwrap().is_none() {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            let delay = Duration::from_secs_f64(writing * 1.1 * fraction);
+            std::thread::sleep(delay);
+            format!(
+                "{:.0} ms after the file appeared ({:.0} ms after the start)",
+                delay.as_secs_f64() * 1e3,
+                spawned.elapsed().as_secs_f64() * 1e3
+            )
+        };
+        let _ = child.kill(); // SIGKILL
+        let status = child.wait().unwrap();
+        let what = format!(
+            "trial {t}: killed {when} ({})",
+            if status.success() { "had finished" } else { "killed" }
+        );
+        if !out.exists() {
+            absent += 1;
+            report(&format!("crash: {what}: no file yet"));
+            continue;
+        }
+        let len = std::fs::metadata(&out).unwrap().len();
+        if len == 0 {
+            empty += 1;
+        }
+        match Reader::open(&out) {
+            Err(Error::Uncommitted) => {
+                let (code, stderr) = validate(&out);
+                if code == Some(1) && stderr.contains("lmdb.meta.required") {
+                    uncommitted += 1;
+                    report(&format!("crash: {what}: {len} bytes, uncommitted"));
+                } else {
+                    failures.push(format!(
+                        "{what}: {len} bytes: Reader says uncommitted, `mrec validate` exits {code:?}: {stderr}"
+                    ));
+                }
+            }
+            Err(e) => failures.push(format!(
+                "{what}: {len} bytes: neither uncommitted nor complete: {e}{}",
+                if len == 0 {
+                    " (see a_file_left_empty_by_a_killed_writer_is_uncommitted)"
+                } else {
+                    ""
+                }
+            )),
+            Ok(reader) => match reader.read_collection() {
+                Ok(c) if collection_to_json(&c) == expected => {
+                    complete += 1;
+                    report(&format!("crash: {what}: {len} bytes, complete"));
+                }
+                Ok(c) => failures.push(format!(
+                    "{what}: opened, but reads {} records, not the whole collection",
+                    c.records.len()
+                )),
+                Err(e) => failures.push(format!("{what}: opened, then partially readable: {e}")),
+            },
+        }
+        let _ = std::fs::remove_file(&out);
+        let _ = std::fs::remove_file(lock_path(&out));
+    }
+    let summary = format!(
+        "crash: {n} trials: {uncommitted} uncommitted, {complete} complete, {absent} killed before \
+         the file existed ({empty} empty files), {} failures",
+        failures.len()
+    );
+    report(&summary);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failures.is_empty(), "{failures:#?}\n{summary}");
+}
+
+/// `claim` creates the data file before LMDB writes its first pages: a
+/// writer killed in between leaves an empty file, which is not a
+/// collection, so it must be refused as uncommitted like any other file
+/// without `meta` (`Error::Uncommitted`, `mrec validate` exit 1 with
+/// `lmdb.meta.required`), not as an i/o error.
+#[test]
+fn a_file_left_empty_by_a_killed_writer_is_uncommitted() {
+    let dir = scratch_dir("crash-empty");
+    let path = dir.join("empty.mrec.lmdb");
+    std::fs::File::create(&path).unwrap();
+    let opened = Reader::open(&path).map(|_| ());
+    let (code, stderr) = validate(&path);
+    report(&format!(
+        "crash: empty file: Reader::open -> {opened:?}; mrec validate exits {code:?}: {}",
+        stderr.trim()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        matches!(opened, Err(Error::Uncommitted)),
+        "an empty file (a writer killed before LMDB initialized it) must be refused as \
+         uncommitted, got {opened:?}"
+    );
+    assert_eq!(code, Some(1), "mrec validate on an empty file: {stderr}");
+    assert!(stderr.contains("lmdb.meta.required"), "{stderr}");
+}
+
+/// A truncated download: LMDB maps the file and trusts the page numbers of
+/// its meta page, so touching a page past the end of a truncated file raises
+/// SIGBUS. A reader must refuse such a file (its meta page names a last page
+/// beyond the file's length) instead of dying.
+#[test]
+fn a_truncated_download_is_refused_without_a_crash() {
+    let dir = scratch_dir("crash-truncated");
+    let model = dir.join("collection.json");
+    std::fs::write(
+        &model,
+        serde_json::to_vec(&collection_json(300, 4)).unwrap(),
+    )
+    .unwrap();
+    let full = dir.join("full.mrec.lmdb");
+    let status = mrec_write(&model, &full, 65536).status().unwrap();
+    assert!(status.success());
+    let bytes = std::fs::read(&full).unwrap();
+    let mut outcomes = Vec::new();
+    let mut crashed = Vec::new();
+    let page = 4096;
+    let mut cuts: Vec<usize> = vec![1, 100, page, 2 * page - 1, 2 * page, 2 * page + 1, 3 * page];
+    cuts.extend([bytes.len() / 2, bytes.len() - page, bytes.len() - 1]);
+    for cut in cuts {
+        let path = dir.join(format!("cut{cut}.mrec.lmdb"));
+        std::fs::write(&path, &bytes[..cut]).unwrap();
+        let (code, stderr) = validate(&path);
+        let line = format!(
+            "truncated to {cut} of {} bytes: mrec validate exits {code:?}: {}",
+            bytes.len(),
+            stderr.lines().last().unwrap_or("").trim()
+        );
+        report(&format!("crash: {line}"));
+        if !matches!(code, Some(1) | Some(3)) {
+            crashed.push(line.clone());
+        }
+        outcomes.push(line);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        crashed.is_empty(),
+        "`mrec validate` died (killed by a signal, SIGBUS) on truncated files instead of \
+         refusing them:\n{crashed:#?}\nall outcomes:\n{outcomes:#?}"
+    );
+}
+
+/// Documents the reader-slot limit the concurrency notes in SECURITY.md cite.
+#[test]
+fn the_reader_slot_limit_is_what_security_md_says() {
+    assert_eq!(MAX_READERS, 1024);
+}
