@@ -705,6 +705,8 @@ fn remove_lmdb(path: &Path) {
 #[derive(Clone, Debug)]
 struct Timing {
     secs: Vec<f64>,
+    /// CPU seconds of the whole process during each pass.
+    cpu: Vec<f64>,
 }
 
 impl Timing {
@@ -742,12 +744,26 @@ impl Timing {
         }
     }
 
+    /// CPU seconds over wall seconds, summed over the passes: about 1 for
+    /// one thread that had a core to itself (2 for two threads); lower when
+    /// other processes took the CPU.
+    fn cpu_share(&self) -> f64 {
+        let wall = self.secs.iter().sum::<f64>();
+        if wall < 0.5 {
+            // Too short for clock ticks of 1/100 s.
+            return f64::NAN;
+        }
+        self.cpu.iter().sum::<f64>() / wall
+    }
+
     fn json(&self, units: u64, unit: &str) -> Value {
         let r = self.rate(units);
         json!({
             unit: {"median": r.median, "min": r.min, "max": r.max},
             "secs": {"median": self.median(), "min": self.min(), "max": self.max(),
                      "passes": self.secs},
+            "cpu_secs": self.cpu,
+            "cpu_share": self.cpu_share(),
         })
     }
 }
@@ -785,14 +801,17 @@ fn measure<T>(
     let mut last = pass()?;
     bar.inc(1);
     let mut secs = Vec::with_capacity(passes);
+    let mut cpu = Vec::with_capacity(passes);
     for _ in 0..passes {
+        let cpu_start = cpu_secs();
         let start = Instant::now();
         last = black_box(pass()?);
         secs.push(start.elapsed().as_secs_f64());
+        cpu.push(cpu_secs() - cpu_start);
         bar.inc(1);
     }
     bar.finish_and_clear();
-    Ok((Timing { secs }, last))
+    Ok((Timing { secs, cpu }, last))
 }
 
 /// What a views pass saw.
@@ -1012,6 +1031,23 @@ fn mem() -> Mem {
     m
 }
 
+/// User + system CPU seconds of this process so far (all threads), from
+/// /proc/self/stat, in clock ticks of 1/100 s.
+fn cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    // After the command name: state is field 3, utime 14, stime 15.
+    let tick = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (tick(11) + tick(12)) / 100.0
+}
+
 /// The 1-minute load average (runnable processes), from /proc/loadavg.
 fn loadavg() -> f64 {
     std::fs::read_to_string("/proc/loadavg")
@@ -1140,6 +1176,7 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
         forcefield: None,
     };
     let mem_before = mem();
+    let cpu_start = cpu_secs();
     let wall = Instant::now();
     let mut writer_secs = 0.0f64;
     let t = Instant::now();
@@ -1205,6 +1242,7 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
     writer.finish(index)?;
     writer_secs += t.elapsed().as_secs_f64();
     let write_wall = wall.elapsed().as_secs_f64();
+    let write_cpu = cpu_secs() - cpu_start;
     write_bar.finish_and_clear();
     let mem_end = mem();
     max_rss = max_rss.max(mem_end.rss);
@@ -1308,6 +1346,7 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
         file_bytes,
         writer_secs,
         write_wall,
+        write_cpu,
         mem_before,
         mem_start,
         mem_end,
@@ -1342,6 +1381,8 @@ struct Figures {
     file_bytes: u64,
     writer_secs: f64,
     write_wall: f64,
+    /// CPU seconds of the process over `write_wall`.
+    write_cpu: f64,
     mem_before: Mem,
     mem_start: Mem,
     mem_end: Mem,
@@ -1371,6 +1412,8 @@ struct Row {
     max: String,
     target: String,
     met: Option<bool>,
+    /// CPU seconds / wall seconds of the passes behind the figure.
+    cpu: String,
 }
 
 fn row(label: &str, median: String, min: String, max: String) -> Row {
@@ -1381,6 +1424,7 @@ fn row(label: &str, median: String, min: String, max: String) -> Row {
         max,
         target: String::new(),
         met: None,
+        cpu: String::new(),
     }
 }
 
@@ -1388,6 +1432,15 @@ impl Row {
     fn target(mut self, target: &str, met: bool) -> Row {
         self.target = target.to_string();
         self.met = Some(met);
+        self
+    }
+
+    fn cpu(mut self, share: f64) -> Row {
+        self.cpu = if share.is_finite() {
+            format!("{share:.2}")
+        } else {
+            "-".into()
+        };
         self
     }
 }
@@ -1456,7 +1509,8 @@ impl Figures {
                 "single run".into(),
                 dash(),
             )
-            .target(">= 500,000 frames/s", write_rate >= 500_000.0),
+            .target(">= 500,000 frames/s", write_rate >= 500_000.0)
+            .cpu(self.write_cpu / self.write_wall),
         );
         rows.push(row(
             "    write incl. generating the records",
@@ -1519,10 +1573,13 @@ impl Figures {
         let (m, lo, hi) = r3(owned, rate);
         rows.push(
             row("(2) read shuffled, owned (frames/s)", m, lo, hi)
-                .target(">= 1,000,000 frames/s", owned.median >= 1e6),
+                .target(">= 1,000,000 frames/s", owned.median >= 1e6)
+                .cpu(self.owned.cpu_share()),
         );
         let (m, lo, hi) = r3(views, rate);
-        rows.push(row("(3) read shuffled, views (frames/s)", m, lo, hi));
+        rows.push(
+            row("(3) read shuffled, views (frames/s)", m, lo, hi).cpu(self.views.cpu_share()),
+        );
         rows.push(row(
             "    f64 columns viewed / copied (unaligned)",
             thousands(tally.views),
@@ -1530,13 +1587,15 @@ impl Figures {
             format!("{:.1}% copied", 100.0 * fallback_share),
         ));
         let (m, lo, hi) = r3(raw, rate);
-        rows.push(row("(4) raw LMDB values, heed (frames/s)", m, lo, hi));
+        rows.push(row("(4) raw LMDB values, heed (frames/s)", m, lo, hi).cpu(self.raw.cpu_share()));
         let (m, lo, hi) = r3(owned_raw, times);
         rows.push(row("    time (2)/(4)", m, lo, hi).target("<= 3x", owned_raw.median <= 3.0));
         let (m, lo, hi) = r3(views_raw, times);
         rows.push(row("    time (3)/(4)", m, lo, hi));
         let (m, lo, hi) = r3(peer, rate);
-        rows.push(row("(5) peer: ASE-LMDB zlib JSON (frames/s)", m, lo, hi));
+        rows.push(
+            row("(5) peer: ASE-LMDB zlib JSON (frames/s)", m, lo, hi).cpu(self.peer.cpu_share()),
+        );
         rows.push(row(
             "    peer file size / ours",
             mib(self.peer_write.file_bytes),
@@ -1548,7 +1607,7 @@ impl Figures {
         let (m, lo, hi) = r3(views_peer, times);
         rows.push(row("    speed (3)/(5)", m, lo, hi));
         let (m, lo, hi) = r3(index, rate);
-        rows.push(row("(6) index query (records/s)", m, lo, hi));
+        rows.push(row("(6) index query (records/s)", m, lo, hi).cpu(self.index.cpu_share()));
         rows.push(row(
             "    matches: <= 20 atoms / S|Cl, <= 12 heavy",
             thousands(self.index_hits.0),
@@ -1556,7 +1615,9 @@ impl Figures {
             dash(),
         ));
         let (m, lo, hi) = r3(threads, rate);
-        rows.push(row("(7) two threads, views (frames/s)", m, lo, hi));
+        rows.push(
+            row("(7) two threads, views (frames/s)", m, lo, hi).cpu(self.threads.cpu_share()),
+        );
         let (m, lo, hi) = r3(threads_owned, times);
         rows.push(
             row("    speed (7)/(2)", m, lo, hi).target(">= 1.7x", threads_owned.median >= 1.7),
@@ -1607,7 +1668,9 @@ impl Figures {
         ));
         table.push_str(&format!(
             "reads: median of {} passes after 1 warm-up pass (min/max = slowest/fastest pass); \
-             page cache warm (files just written, then read in the warm-up pass)\n",
+             page cache warm (files just written, then read in the warm-up pass)\n\
+             cpu/wall: CPU seconds of this process per wall second (1.00 = one core to itself; \
+             2.00 for two threads on two idle cores)\n",
             self.opts.passes
         ));
         table.push_str(&format!(
@@ -1621,8 +1684,8 @@ impl Figures {
                 " (files deleted)"
             }
         ));
-        let head = ["figure", "median", "min", "max", "target", ""];
-        let cells: Vec<[String; 6]> = rows
+        let head = ["figure", "median", "min", "max", "cpu/wall", "target", ""];
+        let cells: Vec<[String; 7]> = rows
             .iter()
             .map(|r| {
                 [
@@ -1630,6 +1693,7 @@ impl Figures {
                     r.median.clone(),
                     r.min.clone(),
                     r.max.clone(),
+                    r.cpu.clone(),
                     r.target.clone(),
                     match r.met {
                         Some(true) => "✓".into(),
@@ -1647,8 +1711,8 @@ impl Figures {
                 .max()
                 .unwrap_or(0)
         };
-        let widths: Vec<usize> = (0..6).map(width).collect();
-        let line = |c: [&str; 6]| {
+        let widths: Vec<usize> = (0..7).map(width).collect();
+        let line = |c: [&str; 7]| {
             let pad = |s: &str, w: usize, right: bool| {
                 let fill = " ".repeat(w.saturating_sub(s.chars().count()));
                 if right {
@@ -1658,13 +1722,14 @@ impl Figures {
                 }
             };
             format!(
-                "{}  {}  {}  {}  {}  {}",
+                "{}  {}  {}  {}  {}  {}  {}",
                 pad(c[0], widths[0], false),
                 pad(c[1], widths[1], true),
                 pad(c[2], widths[2], true),
                 pad(c[3], widths[3], true),
-                pad(c[4], widths[4], false),
-                c[5]
+                pad(c[4], widths[4], true),
+                pad(c[5], widths[5], false),
+                c[6]
             )
             .trim_end()
             .to_string()
@@ -1672,7 +1737,7 @@ impl Figures {
         table.push_str(&line(head));
         table.push('\n');
         for c in &cells {
-            table.push_str(&line([&c[0], &c[1], &c[2], &c[3], &c[4], &c[5]]));
+            table.push_str(&line([&c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6]]));
             table.push('\n');
         }
 
@@ -1710,6 +1775,8 @@ impl Figures {
                 "writer_secs": self.writer_secs,
                 "frames_per_s_with_generation": n_frames as f64 / self.write_wall,
                 "wall_secs_with_generation": self.write_wall,
+                "cpu_secs_with_generation": self.write_cpu,
+                "cpu_share": self.write_cpu / self.write_wall,
                 "peak_rss_bytes_vmhwm": self.mem_end.hwm,
                 "rss_before_writer": mem_json(&self.mem_before),
                 "rss_start": mem_json(&self.mem_start),

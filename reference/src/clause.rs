@@ -102,6 +102,7 @@ clauses! {
     FrameFirstRestates => "lmdb.frame.first-restates",
     RecordMetaValue => "lmdb.record.meta-json",
     FileSingle => "lmdb.file.single",
+    FileComplete => "lmdb.file.complete",
     WriterExclusive => "lmdb.file.one-writer",
     // Frame bytes (spec text 000 "Frame bytes", DIGEST §4).
     FrameTooShort => "mrf1.too-short",

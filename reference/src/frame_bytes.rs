@@ -408,6 +408,11 @@ impl Serialize for BoxSer<'_> {
 /// tag and handed back in canonical typed JSON; an undefined cell comes back
 /// with identity vectors (a true boundary flag is refused).
 ///
+/// The header is read by a single-pass scanner for the shapes the encoder
+/// writes (see "Fast header scanner" below); whatever it does not take —
+/// escapes, unusual numbers, repeated keys, any refusal — goes through the
+/// `serde_json` path ([`decode_reference`]), which decides every refusal.
+///
 /// Not checked here (they are rules of the model, not of the bytes): a
 /// `structural_shape` product, a precision's range or dtype, meta keys
 /// without a tag, row references, and the zero padding bytes themselves.
@@ -1233,6 +1238,20 @@ fn decode_fast_header<'a>(
     finish(raw).ok()
 }
 
+/// The bytes that end a plain string: its closing quote, or what the scanner
+/// gives up on (an escape, a control character `serde_json` refuses).
+static STRING_STOP: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut c = 0;
+    while c < 0x20 {
+        t[c] = true;
+        c += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
+
 /// The scanner's position in the header text. Every method returns `None`
 /// where it gives up.
 struct Scan<'t> {
@@ -1284,7 +1303,7 @@ impl<'t> Scan<'t> {
             .bytes
             .get(start..)?
             .iter()
-            .position(|&c| c == b'"' || c == b'\\' || c < 0x20)?;
+            .position(|&c| STRING_STOP[usize::from(c)])?;
         self.at = start + len;
         if self.bytes[self.at] != b'"' {
             return None;
@@ -1345,8 +1364,8 @@ impl<'t> Scan<'t> {
     /// An array of `u64`s.
     fn u64_array(&mut self) -> Option<Vec<u64>> {
         self.eat(b'[')?;
-        // Shapes have one or two axes: one allocation, no growth.
-        let mut out = Vec::with_capacity(2);
+        // Shapes have one to three axes: one allocation, no growth.
+        let mut out = Vec::with_capacity(4);
         if self.peek()? == b']' {
             self.at += 1;
             return Some(out);
@@ -1468,7 +1487,17 @@ impl<'t> Scan<'t> {
             (None, None, None, None, None, None);
         self.object(|s, key| match key {
             "blocks" => once(&mut blocks, s.blocks(ctx)?),
-            "meta" => once(&mut meta, s.maybe_empty()?),
+            "meta" => {
+                let save = s.at;
+                let doc = match s.simple_doc() {
+                    Some(doc) => doc,
+                    None => {
+                        s.at = save;
+                        s.serde()?
+                    }
+                };
+                once(&mut meta, doc)
+            }
             "meta_types" => once(&mut meta_types, s.maybe_empty()?),
             "step" => {
                 let v = match s.peek()? {

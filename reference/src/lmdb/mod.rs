@@ -7,6 +7,7 @@ mod writer;
 pub use reader::{Reader, RecordTxn, ResolvedView};
 pub use writer::{write_collection, Writer, WriterOptions};
 
+use crate::clause::Clause;
 use crate::error::{Error, Result};
 use heed::types::Bytes;
 use heed::{Database, Env, EnvFlags, EnvOpenOptions, WithoutTls};
@@ -76,8 +77,12 @@ pub(crate) fn open_read_env(path: &Path) -> Result<(Env<WithoutTls>, bool)> {
         // our writers never modify a committed file (they create new ones).
         unsafe { options.open(path) }
     };
-    match open(EnvFlags::NO_SUB_DIR | EnvFlags::READ_ONLY) {
-        Ok(env) => Ok((env, false)),
+    if size == 0 {
+        // A writer that died before LMDB wrote its first page.
+        return Err(Error::Uncommitted);
+    }
+    let (env, no_lock) = match open(EnvFlags::NO_SUB_DIR | EnvFlags::READ_ONLY) {
+        Ok(env) => (env, false),
         Err(heed::Error::Io(e))
             if matches!(
                 e.kind(),
@@ -85,10 +90,42 @@ pub(crate) fn open_read_env(path: &Path) -> Result<(Env<WithoutTls>, bool)> {
             ) || e.raw_os_error() == Some(30) =>
         {
             let env = open(EnvFlags::NO_SUB_DIR | EnvFlags::READ_ONLY | EnvFlags::NO_LOCK)
-                .map_err(lmdb_error)?;
-            Ok((env, true))
+                .map_err(not_an_environment)?;
+            (env, true)
         }
-        Err(e) => Err(lmdb_error(e)),
+        Err(e) => return Err(not_an_environment(e)),
+    };
+    // LMDB maps the file and trusts its own page numbers: reading a page past
+    // the end of a truncated copy would fault (SIGBUS). Refuse such a file.
+    let needed =
+        (env.info().last_page_number as u64 + 1).saturating_mul(env.stat().page_size as u64);
+    if size < needed {
+        return Err(Error::refused(
+            Clause::FileComplete,
+            "",
+            format!("the file has {size} bytes but its LMDB pages need {needed}: a truncated copy"),
+        ));
+    }
+    Ok((env, no_lock))
+}
+
+/// An open that failed on the file's content (not on permissions) means the
+/// file is not a whole LMDB environment.
+fn not_an_environment(e: heed::Error) -> Error {
+    match e {
+        heed::Error::Mdb(m) => Error::refused(
+            Clause::FileComplete,
+            "",
+            format!("not a whole LMDB environment: {m}"),
+        ),
+        heed::Error::Io(io) if io.raw_os_error() == Some(22) || io.raw_os_error() == Some(9) => {
+            Error::refused(
+                Clause::FileComplete,
+                "",
+                format!("not a whole LMDB environment: {io}"),
+            )
+        }
+        other => lmdb_error(other),
     }
 }
 
