@@ -196,6 +196,9 @@ impl<'r> RecordTxn<'r> {
                 }
             }
         }
+        // Own columns obey the column rules (canonical dtypes, reserved
+        // names, precision) like any other; rounding again changes nothing.
+        validate::prepare_index(&mut out, self.reader.n_records())?;
         Ok(out)
     }
 
