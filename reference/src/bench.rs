@@ -837,6 +837,7 @@ impl ViewTally {
 }
 
 /// (2): every record of `order` resolved into owned arrays.
+#[inline(never)] // a frame of its own in profiles
 fn owned_pass(txn: &RecordTxn<'_>, order: &[u64]) -> Result<u64> {
     let mut frames = 0u64;
     for &r in order {
@@ -853,6 +854,7 @@ fn owned_pass(txn: &RecordTxn<'_>, order: &[u64]) -> Result<u64> {
 /// (3): the record's meta and system (owned: there is no view of a system),
 /// then every frame through `for_each_frame`, every f64 column viewed in
 /// place (or copied when its address is not 8-aligned), x summed.
+#[inline(never)] // a frame of its own in profiles
 fn views_pass(txn: &RecordTxn<'_>, order: &[u64]) -> Result<ViewTally> {
     let mut t = ViewTally::default();
     for &r in order {
@@ -892,6 +894,7 @@ fn views_pass(txn: &RecordTxn<'_>, order: &[u64]) -> Result<ViewTally> {
 }
 
 /// (7): the views pass on two threads, one shared reader, disjoint halves.
+#[inline(never)] // a frame of its own in profiles
 fn two_thread_pass(reader: &Reader, order: &[u64]) -> Result<ViewTally> {
     let (a, b) = order.split_at(order.len() / 2);
     std::thread::scope(|s| {
@@ -906,6 +909,7 @@ fn two_thread_pass(reader: &Reader, order: &[u64]) -> Result<ViewTally> {
 
 /// (6): records with at most 20 atoms (binding index), and records holding
 /// S or Cl with at most 12 heavy atoms (own index columns).
+#[inline(never)] // a frame of its own in profiles
 fn index_pass(reader: &Reader) -> Result<(u64, u64)> {
     let small = reader.atom_counts().iter().filter(|&&n| n <= 20).count() as u64;
     let columns = reader.index_columns()?;
@@ -928,6 +932,7 @@ fn index_pass(reader: &Reader) -> Result<(u64, u64)> {
 
 /// (4): the record's meta key, system key and frame key range, copied into
 /// one buffer, nothing decoded. Returns bytes copied.
+#[inline(never)] // a frame of its own in profiles
 fn raw_pass(
     env: &Env<WithoutTls>,
     db: &Db,
@@ -960,6 +965,7 @@ fn raw_pass(
 }
 
 /// (5): the same frames from the peer file: get, inflate, parse.
+#[inline(never)] // a frame of its own in profiles
 fn peer_pass(
     env: &Env<WithoutTls>,
     db: &Db,

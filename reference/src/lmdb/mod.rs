@@ -97,8 +97,12 @@ pub(crate) fn open_read_env(path: &Path) -> Result<(Env<WithoutTls>, bool)> {
     };
     // LMDB maps the file and trusts its own page numbers: reading a page past
     // the end of a truncated copy would fault (SIGBUS). Refuse such a file.
+    // The size is read again after the page count: a writer still committing
+    // grows the file (data pages before its meta page), so only a size taken
+    // after the page count is comparable with it.
     let needed =
         (env.info().last_page_number as u64 + 1).saturating_mul(env.stat().page_size as u64);
+    let size = std::fs::metadata(path)?.len();
     if size < needed {
         return Err(Error::refused(
             Clause::FileComplete,
@@ -106,6 +110,8 @@ pub(crate) fn open_read_env(path: &Path) -> Result<(Env<WithoutTls>, bool)> {
             format!("the file has {size} bytes but its LMDB pages need {needed}: a truncated copy"),
         ));
     }
+    // On a read-only file system LMDB itself goes without the lock file.
+    let no_lock = no_lock || !writer::lock_path(path).exists();
     Ok((env, no_lock))
 }
 
