@@ -427,7 +427,10 @@ fn inspect_db(
         check_first_frames(db, rtxn, &index, &expected.first_frame_blocks, out);
         for (r, (&got, &want)) in index.n_atoms.iter().zip(&expected.n_atoms).enumerate() {
             if got != want {
-                out.push(clause::INDEX_N_ATOMS, format!("index: n_atoms[{r}] is {got}, the record's atoms have {want} rows"));
+                out.push(
+                    clause::INDEX_N_ATOMS,
+                    format!("index: n_atoms[{r}] is {got}, the record's atoms have {want} rows"),
+                );
             }
         }
     }
@@ -453,12 +456,18 @@ fn check_frame_value(label: &str, value: &[u8], trajectory: bool, out: &mut Find
     }
     let Some(view) = view else { return };
     if trajectory && !view.header.contains_key("step") {
-        out.push(clause::FRAME_STEP, format!("{label}: a trajectory update carries no `step`"));
+        out.push(
+            clause::FRAME_STEP,
+            format!("{label}: a trajectory update carries no `step`"),
+        );
     }
     if !trajectory {
         for key in ["step", "time"] {
             if view.header.contains_key(key) {
-                out.push(clause::STEP_TIME_PLACEMENT, format!("{label}: `{key}` on a frame that is not a trajectory update"));
+                out.push(
+                    clause::STEP_TIME_PLACEMENT,
+                    format!("{label}: `{key}` on a frame that is not a trajectory update"),
+                );
             }
         }
     }

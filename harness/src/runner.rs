@@ -376,7 +376,11 @@ fn refusal(case: &Case, message: String, clause: Option<String>) -> Decided {
 /// must restate them) and `n_atoms` (DIGEST §3: the system's `atoms` rows,
 /// else those of the first frame that has `atoms`, else 0).
 fn expected_file(expected: &Value) -> Expected {
-    let records = expected.get("records").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let records = expected
+        .get("records")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
     let first_frame_blocks = records
         .iter()
         .map(|r| {
@@ -393,12 +397,17 @@ fn expected_file(expected: &Value) -> Expected {
             count(r.pointer("/system/blocks/atoms"))
                 .or_else(|| {
                     let frames = r.pointer("/trajectory/frames").and_then(Value::as_array)?;
-                    frames.iter().find_map(|f| count(f.pointer("/blocks/atoms")))
+                    frames
+                        .iter()
+                        .find_map(|f| count(f.pointer("/blocks/atoms")))
                 })
                 .unwrap_or(0)
         })
         .collect();
-    Expected { first_frame_blocks, n_atoms }
+    Expected {
+        first_frame_blocks,
+        n_atoms,
+    }
 }
 
 fn remove_file_and_lock(path: &Path) {

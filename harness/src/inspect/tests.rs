@@ -1172,5 +1172,8 @@ fn key_spelling_round_trips() {
 
 /// Expectations of first-frame blocks only.
 fn firsts(blocks: &[Vec<String>]) -> crate::inspect::Expected {
-    crate::inspect::Expected { first_frame_blocks: blocks.to_vec(), n_atoms: Vec::new() }
+    crate::inspect::Expected {
+        first_frame_blocks: blocks.to_vec(),
+        n_atoms: Vec::new(),
+    }
 }

@@ -17,12 +17,21 @@ fn run_against_the_reference_subprocess_writes_four_reports() {
     let dir = std::env::temp_dir().join(format!("molrec-cli-reports-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let output = Command::new(env!("CARGO_BIN_EXE_harness"))
-        .args(["run", "--adapter", &format!("'{}' adapter", mrec.display()), "--report"])
+        .args([
+            "run",
+            "--adapter",
+            &format!("'{}' adapter", mrec.display()),
+            "--report",
+        ])
         .arg(&dir)
         .output()
         .expect("harness runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "harness run failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "harness run failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
     for name in ["report.json", "junit.xml", "report.md", "report.html"] {
         let path = dir.join(name);
@@ -37,7 +46,11 @@ fn expectations_naming_no_case_are_an_error() {
     let dir = std::env::temp_dir().join(format!("molrec-cli-expect-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let file = dir.join("expect.toml");
-    std::fs::write(&file, "[[expected-failure]]\ncase = \"collection::no-such-case::write\"\nreason = \"typo\"\n").expect("write");
+    std::fs::write(
+        &file,
+        "[[expected-failure]]\ncase = \"collection::no-such-case::write\"\nreason = \"typo\"\n",
+    )
+    .expect("write");
     let output = Command::new(env!("CARGO_BIN_EXE_harness"))
         .args(["run", "--filter", "refuse-no-units", "--expectations"])
         .arg(&file)
@@ -50,7 +63,10 @@ fn expectations_naming_no_case_are_an_error() {
 
 fn python_has(modules: &[&str]) -> bool {
     let probe = format!("import {}", modules.join(", "));
-    Command::new("python3").args(["-c", &probe]).status().is_ok_and(|s| s.success())
+    Command::new("python3")
+        .args(["-c", &probe])
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 #[test]
@@ -60,20 +76,35 @@ fn the_python_template_adapter_is_reported_as_read_only() {
         return;
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../adapters/python/mrec_adapter.py");
-    let mut sub = Subprocess::spawn(&format!("python3 '{}'", script.display()), Duration::from_secs(60)).expect("spawn");
+    let mut sub = Subprocess::spawn(
+        &format!("python3 '{}'", script.display()),
+        Duration::from_secs(60),
+    )
+    .expect("spawn");
     let results = run_everything(&mut sub, "python");
     assert!(!results.is_empty());
     for r in &results {
         let writes = r.direction == Direction::Write;
         if writes {
-            assert_eq!(r.verdict, Verdict::Unsupported, "{}: a read-only adapter cannot write", r.trial);
+            assert_eq!(
+                r.verdict,
+                Verdict::Unsupported,
+                "{}: a read-only adapter cannot write",
+                r.trial
+            );
         } else {
             assert_ne!(r.verdict, Verdict::Unsupported, "{}: it reads", r.trial);
             assert_ne!(r.verdict, Verdict::Error, "{}: {}", r.trial, r.detail);
         }
     }
-    let example = results.iter().find(|r| r.trial == "collection::example-round-trip::read").expect("example case");
+    let example = results
+        .iter()
+        .find(|r| r.trial == "collection::example-round-trip::read")
+        .expect("example case");
     assert_eq!(example.verdict, Verdict::Pass, "{}", example.detail);
-    let refusal = results.iter().find(|r| r.kind == Kind::ReadRefusal && r.case == "read-refuse-no-meta").expect("no-meta case");
+    let refusal = results
+        .iter()
+        .find(|r| r.kind == Kind::ReadRefusal && r.case == "read-refuse-no-meta")
+        .expect("no-meta case");
     assert!(refusal.verdict.passed(), "{}", refusal.detail);
 }

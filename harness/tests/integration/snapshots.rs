@@ -57,13 +57,19 @@ fn golden_files_read_back_as_their_dumps() {
     let mut checked = 0;
     for entry in std::fs::read_dir(&dir).expect("fixtures/golden") {
         let path = entry.expect("entry").path();
-        let Some(name) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".mrec.lmdb")) else {
+        let Some(name) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".mrec.lmdb"))
+        else {
             continue;
         };
         let copy = work.join(format!("{name}.mrec.lmdb"));
         std::fs::copy(&path, &copy).expect("copy");
-        let dump: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{name}.dump.json"))).expect("dump")).expect("json");
+        let dump: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join(format!("{name}.dump.json"))).expect("dump"),
+        )
+        .expect("json");
         match reference.read(&copy) {
             Outcome::Done(read) => assert_eq!(read, dump, "{name}"),
             other => panic!("{name}: {other:?}"),
