@@ -1667,7 +1667,7 @@ impl Figures {
             self.load.0,
             self.load.1,
             if self.load.0.max(self.load.1) > cores as f64 * 0.5 {
-                " (other processes competed for the CPUs: figures are lower than on an idle machine)"
+                " (other processes were running: see cpu/wall)"
             } else {
                 ""
             }

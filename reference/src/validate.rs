@@ -753,20 +753,21 @@ pub fn prepare_record(record: &mut Record, schema: &SequenceSchema, at: &str) ->
     }
     if let Some(traj) = &mut record.trajectory {
         let tat = format!("{at}.trajectory");
-        let own = record_declaration(traj, &tat)?;
-        // A record without a declaration of its own takes the collection's;
-        // one that states its own must state exactly the collection's.
-        if traj.schema.is_some() && own.schema.meta != schema.meta {
-            refuse!(
-                RecordMetaDeclaration,
-                tat,
-                "per-step meta declaration {} differs from the collection's {}",
-                meta_decl_text(&own.schema),
-                meta_decl_text(schema)
-            );
-        }
-        if traj.schema.is_some() {
-            for (name, decl) in &own.schema.blocks {
+        // A record without a declaration of its own takes the collection's
+        // (its frames are checked against it below); one that states its own
+        // must state exactly the collection's.
+        if let Some(own) = &traj.schema {
+            check_schema(own, &format!("{tat}.schema"))?;
+            if own.meta != schema.meta {
+                refuse!(
+                    RecordMetaDeclaration,
+                    tat,
+                    "per-step meta declaration {} differs from the collection's {}",
+                    meta_decl_text(own),
+                    meta_decl_text(schema)
+                );
+            }
+            for (name, decl) in &own.blocks {
                 if schema.blocks.get(name) != Some(decl) {
                     refuse!(
                         RecordOutsideDeclaration,

@@ -170,6 +170,8 @@ impl Writer {
             let mut current: BTreeMap<String, Block> = BTreeMap::new();
             let mut current_cell: Option<Cell> = None;
             for step in traj.frames {
+                // Only blocks that differ bit for bit from what carries
+                // forward are written; they then become what carries forward.
                 let mut changed = BTreeMap::new();
                 for (name, block) in step.blocks {
                     if n_atoms.is_none() && name == "atoms" {
@@ -178,7 +180,6 @@ impl Writer {
                     if current.get(&name).is_some_and(|c| c.same_bits(&block)) {
                         continue;
                     }
-                    current.insert(name.clone(), block.clone());
                     changed.insert(name, block);
                 }
                 let cell = match step.cell {
@@ -196,6 +197,7 @@ impl Writer {
                     cell,
                 };
                 encode(&changed, &info, false, &mut self.scratch);
+                current.extend(changed);
                 let value = std::mem::take(&mut self.scratch);
                 let j = self.total_frames + frames;
                 self.push(frame_key(j).to_vec(), value)?;
