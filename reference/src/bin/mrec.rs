@@ -85,7 +85,19 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Write { model, out, overwrite, batch_bytes } => write(&model, &out, WriterOptions { overwrite, batch_bytes }),
+        Command::Write {
+            model,
+            out,
+            overwrite,
+            batch_bytes,
+        } => write(
+            &model,
+            &out,
+            WriterOptions {
+                overwrite,
+                batch_bytes,
+            },
+        ),
         Command::Dump { file } => dump(&file),
         Command::Info { file } => info(&file),
         Command::Validate { file } => return validate(&file),
