@@ -112,8 +112,8 @@ pub fn run_trial(
     remove_file_and_lock(&path);
     let (verdict, detail, named) = match (case.kind, direction) {
         (Kind::RoundTrip, Direction::Write) => round_trip_write(case, imp, ctx, &path),
-        (Kind::RoundTrip, Direction::Read) => round_trip_read(case, imp, ctx, &path),
-        (Kind::RoundTrip, Direction::Golden) => round_trip_golden(case, imp, ctx, &path),
+        (Kind::RoundTrip, Direction::Read) => round_trip_read(case, imp, ctx, &path, false),
+        (Kind::RoundTrip, Direction::Golden) => round_trip_read(case, imp, ctx, &path, true),
         (Kind::WriteRefusal, Direction::Write) => write_refusal(case, imp, ctx, &path),
         (Kind::ReadRefusal, Direction::Read) => read_refusal(case, imp, ctx, &path),
         (kind, dir) => (
@@ -199,11 +199,14 @@ fn round_trip_write(
     }
 }
 
+/// The implementation reads a file of the fixture's content: one the
+/// reference writes now, or (`golden`) the committed golden file.
 fn round_trip_read(
     case: &Case,
     imp: &mut dyn Implementation,
     ctx: &mut Context<'_>,
     path: &Path,
+    golden: bool,
 ) -> Decided {
     if !imp.describe().capabilities.read {
         return (Verdict::Unsupported, "does not read".into(), None);
@@ -212,39 +215,21 @@ fn round_trip_read(
         Ok(f) => f,
         Err(e) => return (Verdict::Error, e, None),
     };
-    match ctx.reference.write(&fixture, path) {
-        Outcome::Done(()) => {}
-        other => {
-            return (
-                Verdict::Error,
-                format!("harness: the reference could not write the fixture: {other:?}"),
-                None,
-            )
+    let prepared = if golden {
+        // Read a copy: opening may create a lock file beside the file.
+        std::fs::copy(case.golden_path(&ctx.layout.fixtures), path)
+            .map(drop)
+            .map_err(|e| format!("harness: cannot copy the golden file: {e}"))
+    } else {
+        match ctx.reference.write(&fixture, path) {
+            Outcome::Done(()) => Ok(()),
+            other => Err(format!(
+                "harness: the reference could not write the fixture: {other:?}"
+            )),
         }
-    }
-    read_and_judge(&fixture, imp, path)
-}
-
-fn round_trip_golden(
-    case: &Case,
-    imp: &mut dyn Implementation,
-    ctx: &mut Context<'_>,
-    path: &Path,
-) -> Decided {
-    if !imp.describe().capabilities.read {
-        return (Verdict::Unsupported, "does not read".into(), None);
-    }
-    let fixture = match fixture(case, ctx) {
-        Ok(f) => f,
-        Err(e) => return (Verdict::Error, e, None),
     };
-    // Read a copy: opening may create a lock file beside the file.
-    if let Err(e) = std::fs::copy(case.golden_path(&ctx.layout.fixtures), path) {
-        return (
-            Verdict::Error,
-            format!("harness: cannot copy the golden file: {e}"),
-            None,
-        );
+    if let Err(e) = prepared {
+        return (Verdict::Error, e, None);
     }
     read_and_judge(&fixture, imp, path)
 }

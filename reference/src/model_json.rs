@@ -483,32 +483,33 @@ const BLOCK_KEYS: &[&str] = &[
     "attributes",
 ];
 
-/// Reads a block `{"count", "columns", "structural_shape"?, "targets"?, "attributes"?}`.
-pub fn block_from_json(v: &Value, at: &str) -> Result<Block> {
-    let map = object(v, at, "a block", BLOCK_KEYS)?;
-    let count = json_u64(
-        required(map, at, "count", "a block")?,
-        &key_path(at, "count"),
-        "a row count",
-    )?;
+/// A block's parts shared by a frame's blocks and the declared ones: the
+/// `columns` object (each read by `column`), `structural_shape`, `targets`.
+type BlockParts<C> = (
+    BTreeMap<String, C>,
+    Option<Vec<u64>>,
+    BTreeMap<String, String>,
+);
+
+fn block_parts<C>(
+    map: &Map<String, Value>,
+    at: &str,
+    what: &str,
+    column: fn(&Value, &str) -> Result<C>,
+) -> Result<BlockParts<C>> {
     let columns_at = key_path(at, "columns");
-    let columns = required(map, at, "columns", "a block")?;
+    let columns = required(map, at, "columns", what)?;
     let Value::Object(columns) = columns else {
         refuse!(
             ModelJson,
             columns_at,
-            "expected the columns (an object of columns), got {}",
+            "expected the columns of {what} (an object), got {}",
             brief(columns)
         );
     };
     let columns = columns
         .iter()
-        .map(|(name, c)| {
-            Ok((
-                name.clone(),
-                column_from_json(c, &key_path(&columns_at, name))?,
-            ))
-        })
+        .map(|(name, c)| Ok((name.clone(), column(c, &key_path(&columns_at, name))?)))
         .collect::<Result<_>>()?;
     let structural_shape = match map.get("structural_shape") {
         None => None,
@@ -522,6 +523,18 @@ pub fn block_from_json(v: &Value, at: &str) -> Result<Block> {
         None => BTreeMap::new(),
         Some(t) => string_map(t, &key_path(at, "targets"), "the targets")?,
     };
+    Ok((columns, structural_shape, targets))
+}
+
+/// Reads a block `{"count", "columns", "structural_shape"?, "targets"?, "attributes"?}`.
+pub fn block_from_json(v: &Value, at: &str) -> Result<Block> {
+    let map = object(v, at, "a block", BLOCK_KEYS)?;
+    let count = json_u64(
+        required(map, at, "count", "a block")?,
+        &key_path(at, "count"),
+        "a row count",
+    )?;
+    let (columns, structural_shape, targets) = block_parts(map, at, "a block", column_from_json)?;
     let attributes = optional_document(map, at, "attributes", "the attributes")?;
     Ok(Block {
         count,
@@ -887,37 +900,8 @@ pub fn schema_from_json(v: &Value, at: &str) -> Result<SequenceSchema> {
 
 fn block_decl_from_json(v: &Value, at: &str) -> Result<BlockDecl> {
     let map = object(v, at, "a declared block", BLOCK_DECL_KEYS)?;
-    let columns_at = key_path(at, "columns");
-    let columns = required(map, at, "columns", "a declared block")?;
-    let Value::Object(columns) = columns else {
-        refuse!(
-            ModelJson,
-            columns_at,
-            "expected the declared columns (an object), got {}",
-            brief(columns)
-        );
-    };
-    let columns = columns
-        .iter()
-        .map(|(name, c)| {
-            Ok((
-                name.clone(),
-                column_decl_from_json(c, &key_path(&columns_at, name))?,
-            ))
-        })
-        .collect::<Result<_>>()?;
-    let structural_shape = match map.get("structural_shape") {
-        None => None,
-        Some(s) => Some(u64_list(
-            s,
-            &key_path(at, "structural_shape"),
-            "a structural shape",
-        )?),
-    };
-    let targets = match map.get("targets") {
-        None => BTreeMap::new(),
-        Some(t) => string_map(t, &key_path(at, "targets"), "the targets")?,
-    };
+    let (columns, structural_shape, targets) =
+        block_parts(map, at, "a declared block", column_decl_from_json)?;
     let aligned_with = match map.get("aligned_with") {
         None => None,
         Some(a) => Some(json_str(a, &key_path(at, "aligned_with"), "a block name")?.to_string()),
