@@ -235,19 +235,26 @@ impl<'r> RecordTxn<'r> {
 
     /// Record r's system, if it has one.
     pub fn system(&self, r: u64) -> Result<Option<Frame>> {
+        let mut system = self.decoded_system(r)?;
+        if let Some(frame) = &mut system {
+            validate::prepare_system(frame, &format!("records[{r}].system"))?;
+        }
+        Ok(system)
+    }
+
+    /// Record r's system decoded into owned arrays, not yet checked by the
+    /// model rules (`system` and `record` check it, each once).
+    fn decoded_system(&self, r: u64) -> Result<Option<Frame>> {
         self.check_record(r)?;
-        let at = format!("records[{r}].system");
         let Some(value) = self.get(&system_key(r))? else {
             return Ok(None);
         };
-        let frame = decode(value).map_err(|e| e.within(&at))?;
-        let mut meta = frame.info.meta.clone();
-        let mut meta_types = frame.info.meta_types.clone().unwrap_or_default();
-        validate::prepare_typed_meta(&mut meta, &mut meta_types, &format!("{at}.meta"))?;
-        let blocks = frame.to_blocks().map_err(|e| e.within(&at))?;
+        let at = || format!("records[{r}].system");
+        let frame = decode(value).map_err(|e| e.within(&at()))?;
+        let blocks = frame.to_blocks().map_err(|e| e.within(&at()))?;
         Ok(Some(Frame {
-            meta,
-            meta_types,
+            meta: frame.info.meta,
+            meta_types: frame.info.meta_types.unwrap_or_default(),
             blocks,
             cell: frame.info.cell,
         }))
@@ -316,7 +323,8 @@ impl<'r> RecordTxn<'r> {
     pub fn record(&self, r: u64) -> Result<Record> {
         let at = format!("records[{r}]");
         let meta = self.record_meta(r)?;
-        let system = self.system(r)?;
+        // Checked once, with the trajectory, by `prepare_record` below.
+        let system = self.decoded_system(r)?;
         let trajectory = if self
             .reader
             .has_trajectory
