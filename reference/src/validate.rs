@@ -1016,20 +1016,22 @@ fn prepare_step_meta(meta: &mut Document, schema: &SequenceSchema) -> Result<()>
         );
     }
     for (key, decl) in &schema.meta {
-        let normal = match (meta.get(key), &decl.fill) {
-            // Already canonical (the common case): nothing to rebuild.
-            (Some(v), _) if typed_json::normalize(decl.tag, v).as_ref() == Ok(v) => continue,
-            (Some(v), _) => typed_json::normalize(decl.tag, v),
-            (None, Some(fill)) => typed_json::normalize(decl.tag, fill),
+        let given = meta.get(key);
+        let value = match (given, &decl.fill) {
+            (Some(v), _) => v,
+            (None, Some(fill)) => fill,
             (None, None) => refuse!(
                 StepMetaRequired,
                 format!("meta.{key}"),
                 "declared per-step key `{key}` is missing and has no fill"
             ),
         };
-        let normal =
-            normal.map_err(|e| Error::refused(Clause::TypedValue, format!("meta.{key}"), e))?;
-        meta.insert(key.clone(), normal);
+        let normal = typed_json::normalize(decl.tag, value)
+            .map_err(|e| Error::refused(Clause::TypedValue, format!("meta.{key}"), e))?;
+        // Already canonical (the common case): leave the map as it is.
+        if given != Some(&normal) {
+            meta.insert(key.clone(), normal);
+        }
     }
     Ok(())
 }
