@@ -1230,7 +1230,7 @@ fn decode_fast_header<'a>(
         bytes: text.as_bytes(),
         at: 0,
     };
-    let raw = scan.header(&ctx)?;
+    let raw = scan.header(&ctx, None)?;
     // `de.end()`: only whitespace after the header object.
     if scan.peek().is_some() {
         return None;
@@ -1481,12 +1481,23 @@ impl<'t> Scan<'t> {
         self.serde()
     }
 
-    /// The header object.
-    fn header<'a>(&mut self, ctx: &Ctx<'a>) -> Option<RawHeader<'a>> {
+    /// The header object. With `same_blocks`, the `blocks` value must be
+    /// exactly that text (else `None`); it is skipped and comes back empty.
+    fn header<'a>(&mut self, ctx: &Ctx<'a>, same_blocks: Option<&[u8]>) -> Option<RawHeader<'a>> {
         let (mut blocks, mut meta, mut meta_types, mut step, mut time, mut cell) =
             (None, None, None, None, None, None);
         self.object(|s, key| match key {
-            "blocks" => once(&mut blocks, s.blocks(ctx)?),
+            "blocks" => match same_blocks {
+                None => once(&mut blocks, s.blocks(ctx)?),
+                Some(known) => {
+                    s.ws();
+                    if !s.bytes.get(s.at..)?.starts_with(known) {
+                        return None;
+                    }
+                    s.at += known.len();
+                    once(&mut blocks, BTreeMap::new())
+                }
+            },
             "meta" => {
                 let save = s.at;
                 let doc = match s.simple_doc() {
@@ -1699,19 +1710,160 @@ fn once<T>(slot: &mut Option<T>, value: T) -> Option<()> {
 }
 
 // ---------------------------------------------------------------------------
+// Consecutive updates with the same blocks
+// ---------------------------------------------------------------------------
+//
+// The updates of one trajectory usually differ only in `step`, `time` and
+// the per-step `meta`: their `blocks` text (names, dtypes, shapes, offsets)
+// is byte-for-byte the same. Decoding that text is most of a frame's cost,
+// so `decode_update` compares it with the last update decoded in full and,
+// when equal, skips it. That is exact, not a guess: what the decoder makes of
+// a `blocks` text depends only on the text and on the payload's length, with
+// two exceptions that read payload bytes (bool buffers and validity masks
+// must hold 0 / 1), and an update with either is never remembered.
+
+/// What [`decode_update`] keeps of the last update it decoded in full.
+#[derive(Debug, Default)]
+pub struct BlocksMemo {
+    /// The `blocks` value's text, as written.
+    text: Vec<u8>,
+    /// The payload length that text was checked against.
+    payload_len: usize,
+    /// Whether the next update may be compared with `text` at all.
+    usable: bool,
+}
+
+impl BlocksMemo {
+    /// Remembers `frame`'s blocks (decoded in full from `text`), when the
+    /// result does not depend on payload bytes.
+    fn remember(&mut self, text: &str, payload_len: usize, frame: &FrameRef<'_>) {
+        self.usable = false;
+        let reads_payload = frame.blocks.values().any(|b| {
+            b.columns
+                .values()
+                .any(|c| c.dtype == DType::Bool || c.validity.is_some())
+        });
+        if reads_payload {
+            return;
+        }
+        let mut scan = Scan {
+            text,
+            bytes: text.as_bytes(),
+            at: 0,
+        };
+        let mut range = None;
+        let walked = scan.object(|s, key| {
+            let value = s.raw()?;
+            if key == "blocks" {
+                let end = s.at;
+                range = Some(end - value.len()..end);
+            }
+            Some(())
+        });
+        if let (Some(()), Some(range)) = (walked, range) {
+            self.text.clear();
+            self.text.extend_from_slice(&text.as_bytes()[range]);
+            self.payload_len = payload_len;
+            self.usable = true;
+        }
+    }
+}
+
+/// A trajectory update as [`decode_update`] returns it.
+#[derive(Debug)]
+pub enum Update<'a> {
+    /// Decoded in full.
+    Full {
+        /// The frame.
+        frame: FrameRef<'a>,
+        /// Its payload (from the first 8-aligned byte after the header).
+        payload: &'a [u8],
+    },
+    /// The `blocks` text and the payload length are those of the last
+    /// update decoded in full with the same [`BlocksMemo`]: its blocks are
+    /// that update's, every buffer at the same offset of `payload`.
+    SameBlocks {
+        /// This update's payload (from the first 8-aligned byte after the header).
+        payload: &'a [u8],
+        /// Meta, step, time and cell, decoded and checked as [`decode`] does.
+        info: FrameInfo,
+    },
+}
+
+/// [`decode`] for the updates of one trajectory in order: an update whose
+/// `blocks` text repeats the last full update's comes back as
+/// [`Update::SameBlocks`], without decoding or allocating its blocks again.
+/// Accepts and refuses exactly what [`decode`] does.
+pub fn decode_update<'a>(value: &'a [u8], memo: &mut BlocksMemo) -> Result<Update<'a>> {
+    let (text, payload_start) = header_text(value)?;
+    // `header_text` checked payload_start <= value.len().
+    let payload = value.get(payload_start..).unwrap_or_default();
+    if memo.usable && payload.len() == memo.payload_len {
+        let ctx = Ctx {
+            value,
+            payload_start,
+            stash: std::cell::Cell::new(None),
+        };
+        let mut scan = Scan {
+            text,
+            bytes: text.as_bytes(),
+            at: 0,
+        };
+        let info = scan
+            .header(&ctx, Some(&memo.text))
+            .filter(|_| scan.peek().is_none())
+            .and_then(|raw| finish(raw).ok());
+        if let Some(frame) = info {
+            return Ok(Update::SameBlocks {
+                payload,
+                info: frame.info,
+            });
+        }
+    }
+    let frame = match decode_fast_header(value, text, payload_start) {
+        Some(frame) => frame,
+        None => decode_serde(value, text, payload_start)?,
+    };
+    memo.remember(text, payload.len(), &frame);
+    Ok(Update::Full { frame, payload })
+}
+
+impl<'a> BlockRef<'a> {
+    /// Points every buffer and mask of the block at the same offset of
+    /// `new_payload` as it had in `old_payload` (the payload it was decoded
+    /// from). `None`, with the block unchanged or partly moved, if a buffer
+    /// does not lie inside `old_payload` or would not fit in `new_payload`.
+    pub fn rebase(&mut self, old_payload: &[u8], new_payload: &'a [u8]) -> Option<()> {
+        let moved = |bytes: &[u8]| -> Option<&'a [u8]> {
+            let offset = (bytes.as_ptr() as usize).checked_sub(old_payload.as_ptr() as usize)?;
+            if offset.checked_add(bytes.len())? > old_payload.len() {
+                return None;
+            }
+            new_payload.get(offset..offset + bytes.len())
+        };
+        for column in self.columns.values_mut() {
+            if let ColumnBytes::Buffer(bytes) = &mut column.data {
+                *bytes = moved(bytes)?;
+            }
+            if let Some(mask) = &mut column.validity {
+                *mask = moved(mask)?;
+            }
+        }
+        Some(())
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Reading columns
 // ---------------------------------------------------------------------------
 
-/// Reads `N`-byte little-endian items (works at any address).
+/// Reads `N`-byte little-endian items (works at any address; a trailing
+/// partial item is ignored).
 fn read<T, const N: usize>(bytes: &[u8], item: impl Fn([u8; N]) -> T) -> Vec<T> {
-    bytes
-        .chunks_exact(N)
-        .map(|c| {
-            let mut a = [0; N];
-            a.copy_from_slice(c);
-            item(a)
-        })
-        .collect()
+    // Whole arrays, not `chunks_exact` slices: the loop then compiles to
+    // plain loads (a memcpy on little-endian targets) without bounds checks.
+    let (items, _) = bytes.as_chunks::<N>();
+    items.iter().map(|&a| item(a)).collect()
 }
 
 fn to_bools(bytes: &[u8], what: &str) -> Result<Vec<bool>> {
@@ -1868,6 +2020,29 @@ impl<'a> ColumnRef<'a> {
     /// caller falls back to [`ColumnRef::to_column`]). Flat, row-major.
     pub fn f64_view(&self) -> Option<&'a [f64]> {
         self.view::<f64>(DType::F64)
+    }
+
+    /// The values of an `f64` column, flat and row-major: viewed in place
+    /// when [`ColumnRef::f64_view`] can, else copied into `scratch` (cleared
+    /// first; no allocation once it has grown to the column's size). `None`
+    /// when the dtype is not `f64` or the buffer is not whole `f64`s.
+    pub fn f64_values<'s>(&self, scratch: &'s mut Vec<f64>) -> Option<&'s [f64]>
+    where
+        'a: 's,
+    {
+        if let Some(view) = self.f64_view() {
+            return Some(view);
+        }
+        let ColumnBytes::Buffer(bytes) = self.data else {
+            return None;
+        };
+        if self.dtype != DType::F64 || bytes.len() % 8 != 0 {
+            return None;
+        }
+        let (items, _) = bytes.as_chunks::<8>();
+        scratch.clear();
+        scratch.extend(items.iter().map(|&a| f64::from_le_bytes(a)));
+        Some(scratch)
     }
 
     /// A zero-copy view of a `u64` column, under the same conditions as

@@ -1,7 +1,8 @@
 //! Frame bytes: round trips of every dtype, alignment, views, and every refusal.
 
 use molrec::frame_bytes::{
-    decode, decode_fast, decode_reference, encode, ColumnBytes, FrameInfo, FrameRef, MAX_HEADER_LEN,
+    decode, decode_fast, decode_reference, decode_update, encode, BlocksMemo, ColumnBytes,
+    FrameInfo, FrameRef, Update, MAX_HEADER_LEN,
 };
 use molrec::model::{Block, Cell, Column, ColumnData, Document};
 use molrec::typed_json::MetaTag;
@@ -1103,6 +1104,105 @@ fn same_as_reference(v: &[u8]) -> bool {
     true
 }
 
+/// After `prev`, `decode_update` gives for `v` exactly what the serde path
+/// gives for `v` alone (a `SameBlocks` answer is compared after rebasing
+/// `prev`'s blocks onto `v`'s payload). Returns whether it answered
+/// `SameBlocks`.
+fn same_after(prev: &[u8], v: &[u8]) -> bool {
+    let mut memo = BlocksMemo::default();
+    let Ok(Update::Full {
+        frame: prev_frame,
+        payload: prev_payload,
+    }) = decode_update(prev, &mut memo)
+    else {
+        return false;
+    };
+    let mut same = false;
+    let got = decode_update(v, &mut memo).map(|update| match update {
+        Update::Full { frame, .. } => frame,
+        Update::SameBlocks { payload, info } => {
+            same = true;
+            let mut blocks = prev_frame.blocks.clone();
+            for block in blocks.values_mut() {
+                block
+                    .rebase(prev_payload, payload)
+                    .expect("a same-length payload takes every buffer");
+            }
+            FrameRef { blocks, info }
+        }
+    });
+    match (&got, &decode_reference(v)) {
+        (Ok(a), Ok(b)) => assert_eq!(format!("{a:?}"), format!("{b:?}"), "{v:?}"),
+        (Err(a), Err(b)) => assert_eq!(
+            (a.clause(), a.to_string()),
+            (b.clause(), b.to_string()),
+            "{v:?}"
+        ),
+        (a, b) => panic!(
+            "decode_update {:?} but the serde path {:?} on {:?}",
+            a.as_ref().map(|_| ()).map_err(|e| e.to_string()),
+            b.as_ref().map(|_| ()).map_err(|e| e.to_string()),
+            String::from_utf8_lossy(v)
+        ),
+    }
+    same
+}
+
+#[test]
+fn consecutive_updates_reuse_their_blocks() {
+    let (blocks, mut info) = typical_frame();
+    let mut first = Vec::new();
+    encode(&blocks, &info, false, &mut first);
+    let mut memo = BlocksMemo::default();
+    assert!(matches!(
+        decode_update(&first, &mut memo),
+        Ok(Update::Full { .. })
+    ));
+    // Later steps: another step number and per-step value, other payload
+    // bytes, the same blocks text.
+    let mut next = Vec::new();
+    for step in 1..50i64 {
+        info.step = Some(step);
+        info.meta
+            .insert("pe".into(), json!(-100.25 - step as f64 / 7.0));
+        let mut later = blocks.clone();
+        for c in later.get_mut("atoms").unwrap().columns.values_mut() {
+            if let ColumnData::F64(v) = &mut c.data {
+                v.iter_mut().for_each(|x| *x += step as f64);
+            }
+        }
+        encode(&later, &info, false, &mut next);
+        assert!(matches!(
+            decode_update(&next, &mut memo),
+            Ok(Update::SameBlocks { .. })
+        ));
+        assert!(same_after(&first, &next), "step {step}");
+    }
+    // Another atom count changes the blocks text: decoded in full.
+    let mut other = blocks.clone();
+    let atoms = other.get_mut("atoms").unwrap();
+    atoms.count -= 1;
+    for c in atoms.columns.values_mut() {
+        c.shape[0] -= 1;
+        if let ColumnData::F64(v) = &mut c.data {
+            v.pop();
+        }
+    }
+    encode(&other, &info, false, &mut next);
+    assert!(!same_after(&first, &next));
+    // A bool column or a mask reads payload bytes: never reused.
+    let mut rng = Rng(3);
+    let mut masked = blocks.clone();
+    masked
+        .get_mut("atoms")
+        .unwrap()
+        .columns
+        .insert("flag".into(), column(DType::Bool, 30, &[], false, &mut rng));
+    let mut value = Vec::new();
+    encode(&masked, &info, false, &mut value);
+    assert!(!same_after(&value, &value));
+}
+
 /// A value with its header text replaced (payload kept).
 fn with_header(value: &[u8], header: &[u8]) -> Vec<u8> {
     let (payload, _) = header_of(value);
@@ -1190,6 +1290,13 @@ fn fast_scanner_matches_serde_on_mutations() {
             same_as_reference(&value),
             "the fast path takes a typical value"
         );
+        // Every mutation is also decoded after the value itself, where
+        // `decode_update` may reuse the value's blocks.
+        let mut reused = 0usize;
+        let mut same_as_reference = |v: &[u8]| {
+            reused += usize::from(same_after(&value, v));
+            same_as_reference(v)
+        };
         let (payload, _) = header_of(&value);
         let len = u32::from_le_bytes(value[4..8].try_into().unwrap()) as usize;
         let header = value[8..8 + len].to_vec();
@@ -1234,6 +1341,11 @@ fn fast_scanner_matches_serde_on_mutations() {
             }
             same_as_reference(&with_header(&value, &h));
         }
+        // (Not the value with a bool column and masks: never reused.)
+        assert!(
+            reused > 200 || !same_after(&value, &value),
+            "blocks reused on {reused} mutations"
+        );
     }
 }
 

@@ -8,7 +8,9 @@ use super::{
 };
 use crate::clause::Clause;
 use crate::error::{refuse, Error, Result};
-use crate::frame_bytes::{decode, BlockRef, FrameRef};
+use crate::frame_bytes::{
+    decode, decode_update, BlockRef, BlocksMemo, FrameInfo, FrameRef, Update,
+};
 use crate::model::*;
 use crate::model_json;
 use crate::typed_json;
@@ -16,6 +18,7 @@ use crate::validate;
 use heed::{Env, RoTxn, WithoutTls};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::path::Path;
 
 /// An open collection file.
@@ -284,16 +287,75 @@ impl<'r> RecordTxn<'r> {
         let (first, n) = self.check_record(r)?;
         let mut blocks: BTreeMap<String, BlockRef<'_>> = BTreeMap::new();
         let mut cell: Option<Cell> = None;
+        // The record's frames are consecutive keys: one cursor walks them
+        // instead of one tree search per frame.
+        let lo = frame_key(first);
+        let hi = frame_key(first.saturating_add(n));
+        let mut values = self
+            .reader
+            .db
+            .range(
+                &self.txn,
+                &(Bound::Included(&lo[..]), Bound::Excluded(&hi[..])),
+            )
+            .map_err(lmdb_error)?;
+        // Blocks of the last update decoded in full, which a `SameBlocks`
+        // update repeats, and the payload their buffers point into.
+        let mut memo = BlocksMemo::default();
+        let mut repeated: Vec<String> = Vec::new();
+        let mut payload: &[u8] = &[];
         for k in 0..n {
             // Paths are only formatted on the error path: this loop is the
             // reader's hot path.
             let located = |e: Error| e.within(&format!("records[{r}].trajectory.frames[{k}]"));
-            let frame = self.frame_update(first + k).map_err(located)?;
-            check_update(&frame, &self.reader.schema).map_err(located)?;
-            let FrameRef {
-                blocks: updates,
-                info,
-            } = frame;
+            let key = frame_key(first + k);
+            let value = match values.next().transpose().map_err(lmdb_error)? {
+                Some((found, value)) if found == key => value,
+                _ => {
+                    return Err(located(Error::refused(
+                        Clause::FrameMissing,
+                        "",
+                        format!("frame key {} is missing", first + k),
+                    )))
+                }
+            };
+            let mut update = decode_update(value, &mut memo).map_err(located)?;
+            if let Update::SameBlocks {
+                payload: new_payload,
+                ..
+            } = update
+            {
+                let moved = repeated.iter().all(|name| {
+                    blocks
+                        .get_mut(name)
+                        .is_some_and(|b| b.rebase(payload, new_payload).is_some())
+                });
+                if moved {
+                    payload = new_payload;
+                } else {
+                    // Not expected (the blocks were decoded from `payload`);
+                    // decoding in full is always right.
+                    memo = BlocksMemo::default();
+                    update = decode_update(value, &mut memo).map_err(located)?;
+                }
+            }
+            let info = match update {
+                Update::Full {
+                    frame,
+                    payload: new_payload,
+                } => {
+                    check_update_blocks(&frame, &self.reader.schema).map_err(located)?;
+                    repeated.clear();
+                    for (name, block) in frame.blocks {
+                        repeated.push(name.clone());
+                        blocks.insert(name, block);
+                    }
+                    payload = new_payload;
+                    frame.info
+                }
+                Update::SameBlocks { info, .. } => info,
+            };
+            check_update_meta(&info, &self.reader.schema).map_err(located)?;
             let Some(step) = info.step else {
                 return Err(located(Error::refused(
                     Clause::FrameStep,
@@ -301,9 +363,6 @@ impl<'r> RecordTxn<'r> {
                     "a trajectory update carries no step",
                 )));
             };
-            for (name, block) in updates {
-                blocks.insert(name, block);
-            }
             if info.cell.is_some() {
                 cell = info.cell;
             }
@@ -400,8 +459,9 @@ pub struct ResolvedView<'a, 't> {
     pub cell: Option<&'a Cell>,
 }
 
-/// Checks one update against the declaration; error paths are relative to the frame.
-fn check_update(frame: &FrameRef<'_>, schema: &SequenceSchema) -> Result<()> {
+/// Checks one update's blocks against the declaration; error paths are
+/// relative to the frame.
+fn check_update_blocks(frame: &FrameRef<'_>, schema: &SequenceSchema) -> Result<()> {
     for (name, block) in &frame.blocks {
         let Some(decl) = schema.blocks.get(name.as_str()) else {
             refuse!(
@@ -428,12 +488,12 @@ fn check_update(frame: &FrameRef<'_>, schema: &SequenceSchema) -> Result<()> {
             }
         }
     }
-    if let Some(key) = frame
-        .info
-        .meta
-        .keys()
-        .find(|k| !schema.meta.contains_key(*k))
-    {
+    Ok(())
+}
+
+/// Checks one update's per-step meta against the declaration.
+fn check_update_meta(info: &FrameInfo, schema: &SequenceSchema) -> Result<()> {
+    if let Some(key) = info.meta.keys().find(|k| !schema.meta.contains_key(*k)) {
         refuse!(
             FrameUndeclaredMeta,
             format!("meta.{key}"),
@@ -441,7 +501,7 @@ fn check_update(frame: &FrameRef<'_>, schema: &SequenceSchema) -> Result<()> {
         );
     }
     for (key, decl) in &schema.meta {
-        match frame.info.meta.get(key) {
+        match info.meta.get(key) {
             None => refuse!(
                 StepMetaRequired,
                 format!("meta.{key}"),
