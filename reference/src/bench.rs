@@ -24,6 +24,7 @@ use crate::error::{Error, Result};
 use crate::lmdb::{frame_key, record_key, system_key, Reader, RecordTxn, Writer, WriterOptions};
 use crate::model::*;
 use crate::typed_json::MetaTag;
+use crate::Clause;
 use flate2::{Compression, Decompress, FlushDecompress, Status};
 use heed::types::Bytes;
 use heed::{Database, Env, EnvFlags, EnvOpenOptions, WithoutTls};
@@ -820,7 +821,8 @@ struct ViewTally {
     frames: u64,
     /// f64 columns viewed in place.
     views: u64,
-    /// f64 columns whose address was not 8-aligned: copied by `to_column`.
+    /// f64 columns whose address was not 8-aligned: copied into a reused
+    /// buffer by `ColumnRef::f64_values`.
     fallbacks: u64,
     sum_x: f64,
 }
@@ -857,6 +859,7 @@ fn owned_pass(txn: &RecordTxn<'_>, order: &[u64]) -> Result<u64> {
 #[inline(never)] // a frame of its own in profiles
 fn views_pass(txn: &RecordTxn<'_>, order: &[u64]) -> Result<ViewTally> {
     let mut t = ViewTally::default();
+    let mut scratch = Vec::new();
     for &r in order {
         black_box(txn.record_meta(r)?);
         black_box(txn.system(r)?);
@@ -866,23 +869,22 @@ fn views_pass(txn: &RecordTxn<'_>, order: &[u64]) -> Result<ViewTally> {
                     if col.dtype != DType::F64 {
                         continue;
                     }
-                    match col.f64_view() {
-                        Some(v) => {
-                            t.views += 1;
-                            if name == "x" {
-                                t.sum_x += v.iter().sum::<f64>();
-                            } else {
-                                black_box(v);
-                            }
-                        }
-                        None => {
-                            t.fallbacks += 1;
-                            let c = col.to_column()?;
-                            if let (true, ColumnData::F64(v)) = (name == "x", &c.data) {
-                                t.sum_x += v.iter().sum::<f64>();
-                            }
-                            black_box(c);
-                        }
+                    if col.f64_view().is_some() {
+                        t.views += 1;
+                    } else {
+                        t.fallbacks += 1;
+                    }
+                    let Some(v) = col.f64_values(&mut scratch) else {
+                        return Err(Error::refused(
+                            Clause::FrameBufferBounds,
+                            "",
+                            "an f64 column is not whole f64s",
+                        ));
+                    };
+                    if name == "x" {
+                        t.sum_x += v.iter().sum::<f64>();
+                    } else {
+                        black_box(v);
                     }
                 }
             }

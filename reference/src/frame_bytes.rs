@@ -444,6 +444,24 @@ pub fn decode_fast(value: &[u8]) -> Option<FrameRef<'_>> {
 /// Checks the fixed prefix and the header bounds: the header text (UTF-8)
 /// and where the payload starts.
 fn header_text(value: &[u8]) -> Result<(&str, usize)> {
+    let (header, payload_start) = header_bytes(value)?;
+    Ok((header_utf8(header)?, payload_start))
+}
+
+/// The header text, refused unless UTF-8.
+fn header_utf8(header: &[u8]) -> Result<&str> {
+    std::str::from_utf8(header).map_err(|e| {
+        Error::refused(
+            Clause::FrameHeaderJson,
+            "header",
+            format!("header is not UTF-8: {e}"),
+        )
+    })
+}
+
+/// Checks the fixed prefix and the header bounds: the header's bytes and
+/// where the payload starts.
+fn header_bytes(value: &[u8]) -> Result<(&[u8], usize)> {
     if value.len() < 8 {
         return Err(Error::refused(
             Clause::FrameTooShort,
@@ -492,15 +510,8 @@ fn header_text(value: &[u8]) -> Result<(&str, usize)> {
             ),
         ));
     }
-    let text = std::str::from_utf8(&value[8..header_end]).map_err(|e| {
-        Error::refused(
-            Clause::FrameHeaderJson,
-            "header",
-            format!("header is not UTF-8: {e}"),
-        )
-    })?;
-
-    Ok((text, payload_start))
+    // header_end <= payload_start <= value.len(), checked above.
+    Ok((value.get(8..header_end).unwrap_or_default(), payload_start))
 }
 
 /// The serde path: parses the header with `serde_json` and checks it.
@@ -1230,7 +1241,7 @@ fn decode_fast_header<'a>(
         bytes: text.as_bytes(),
         at: 0,
     };
-    let raw = scan.header(&ctx, None)?;
+    let raw = scan.header(&ctx, false)?;
     // `de.end()`: only whitespace after the header object.
     if scan.peek().is_some() {
         return None;
@@ -1322,10 +1333,20 @@ impl<'t> Scan<'t> {
             self.at += 1;
             return Some(());
         }
+        let key = self.plain_str()?;
+        self.eat(b':')?;
+        member(self, key)?;
+        self.rest_of_object(member)
+    }
+
+    /// The rest of an object whose opening and first member were read
+    /// (before this text or by the caller): `,` and more members, then `}`.
+    #[inline]
+    fn rest_of_object(
+        &mut self,
+        mut member: impl FnMut(&mut Self, &'t str) -> Option<()>,
+    ) -> Option<()> {
         loop {
-            let key = self.plain_str()?;
-            self.eat(b':')?;
-            member(self, key)?;
             match self.peek()? {
                 b',' => self.at += 1,
                 b'}' => {
@@ -1334,6 +1355,9 @@ impl<'t> Scan<'t> {
                 }
                 _ => return None,
             }
+            let key = self.plain_str()?;
+            self.eat(b':')?;
+            member(self, key)?;
         }
     }
 
@@ -1359,6 +1383,27 @@ impl<'t> Scan<'t> {
             return None;
         }
         Some(n)
+    }
+
+    /// An array of strings without escapes (a string column's `values`).
+    fn plain_str_array(&mut self) -> Option<Vec<String>> {
+        self.eat(b'[')?;
+        let mut out = Vec::new();
+        if self.peek()? == b']' {
+            self.at += 1;
+            return Some(out);
+        }
+        loop {
+            out.push(self.plain_str()?.to_owned());
+            match self.peek()? {
+                b',' => self.at += 1,
+                b']' => {
+                    self.at += 1;
+                    return Some(out);
+                }
+                _ => return None,
+            }
+        }
     }
 
     /// An array of `u64`s.
@@ -1481,23 +1526,17 @@ impl<'t> Scan<'t> {
         self.serde()
     }
 
-    /// The header object. With `same_blocks`, the `blocks` value must be
-    /// exactly that text (else `None`); it is skipped and comes back empty.
-    fn header<'a>(&mut self, ctx: &Ctx<'a>, same_blocks: Option<&[u8]>) -> Option<RawHeader<'a>> {
+    /// The header object. With `after_blocks`, the text is what follows
+    /// `{"blocks":` and a `blocks` value already accepted: the header's
+    /// other members, whose `blocks` comes back empty.
+    fn header<'a>(&mut self, ctx: &Ctx<'a>, after_blocks: bool) -> Option<RawHeader<'a>> {
         let (mut blocks, mut meta, mut meta_types, mut step, mut time, mut cell) =
             (None, None, None, None, None, None);
-        self.object(|s, key| match key {
-            "blocks" => match same_blocks {
-                None => once(&mut blocks, s.blocks(ctx)?),
-                Some(known) => {
-                    s.ws();
-                    if !s.bytes.get(s.at..)?.starts_with(known) {
-                        return None;
-                    }
-                    s.at += known.len();
-                    once(&mut blocks, BTreeMap::new())
-                }
-            },
+        if after_blocks {
+            blocks = Some(BTreeMap::new());
+        }
+        let member = |s: &mut Self, key: &str| match key {
+            "blocks" => once(&mut blocks, s.blocks(ctx)?),
             "meta" => {
                 let save = s.at;
                 let doc = match s.simple_doc() {
@@ -1529,7 +1568,12 @@ impl<'t> Scan<'t> {
             "time" => once(&mut time, s.serde()?),
             "box" => once(&mut cell, s.serde()?),
             _ => s.serde::<IgnoredAny>().map(drop),
-        })?;
+        };
+        if after_blocks {
+            self.rest_of_object(member)?;
+        } else {
+            self.object(member)?;
+        }
         Some(RawHeader {
             blocks: blocks?,
             meta,
@@ -1608,7 +1652,17 @@ impl<'t> Scan<'t> {
             "dtype" => once(&mut dtype, DType::parse(s.plain_str()?)?),
             "shape" => once(&mut shape, s.u64_array()?),
             "offset" => once(&mut offset, s.u64()?),
-            "values" => once(&mut values, s.serde::<Vec<String>>()?),
+            "values" => {
+                let save = s.at;
+                let v = match s.plain_str_array() {
+                    Some(v) => v,
+                    None => {
+                        s.at = save;
+                        s.serde::<Vec<String>>()?
+                    }
+                };
+                once(&mut values, v)
+            }
             "validity" => once(&mut validity, s.u64()?),
             "precision" => once(&mut precision, s.serde::<f64>()?),
             _ => s.serde::<IgnoredAny>().map(drop),
@@ -1756,7 +1810,8 @@ impl BlocksMemo {
             let value = s.raw()?;
             if key == "blocks" {
                 let end = s.at;
-                range = Some(end - value.len()..end);
+                // Only a header that starts with `{"blocks":` is remembered.
+                range = Some(end - value.len()..end).filter(|r| r.start == BLOCKS_FIRST.len());
             }
             Some(())
         });
@@ -1795,31 +1850,40 @@ pub enum Update<'a> {
 /// [`Update::SameBlocks`], without decoding or allocating its blocks again.
 /// Accepts and refuses exactly what [`decode`] does.
 pub fn decode_update<'a>(value: &'a [u8], memo: &mut BlocksMemo) -> Result<Update<'a>> {
-    let (text, payload_start) = header_text(value)?;
-    // `header_text` checked payload_start <= value.len().
+    let (header, payload_start) = header_bytes(value)?;
+    // `header_bytes` checked payload_start <= value.len().
     let payload = value.get(payload_start..).unwrap_or_default();
     if memo.usable && payload.len() == memo.payload_len {
-        let ctx = Ctx {
-            value,
-            payload_start,
-            stash: std::cell::Cell::new(None),
-        };
-        let mut scan = Scan {
-            text,
-            bytes: text.as_bytes(),
-            at: 0,
-        };
-        let info = scan
-            .header(&ctx, Some(&memo.text))
-            .filter(|_| scan.peek().is_none())
-            .and_then(|raw| finish(raw).ok());
-        if let Some(frame) = info {
-            return Ok(Update::SameBlocks {
-                payload,
-                info: frame.info,
-            });
+        // Only the text after the known blocks is scanned (and checked to be
+        // UTF-8: the known text was, as part of an accepted header).
+        let rest = header
+            .strip_prefix(BLOCKS_FIRST)
+            .and_then(|h| h.strip_prefix(memo.text.as_slice()))
+            .and_then(|rest| std::str::from_utf8(rest).ok());
+        if let Some(rest) = rest {
+            let ctx = Ctx {
+                value,
+                payload_start,
+                stash: std::cell::Cell::new(None),
+            };
+            let mut scan = Scan {
+                text: rest,
+                bytes: rest.as_bytes(),
+                at: 0,
+            };
+            let frame = scan
+                .header(&ctx, true)
+                .filter(|_| scan.peek().is_none())
+                .and_then(|raw| finish(raw).ok());
+            if let Some(frame) = frame {
+                return Ok(Update::SameBlocks {
+                    payload,
+                    info: frame.info,
+                });
+            }
         }
     }
+    let text = header_utf8(header)?;
     let frame = match decode_fast_header(value, text, payload_start) {
         Some(frame) => frame,
         None => decode_serde(value, text, payload_start)?,
@@ -1827,6 +1891,10 @@ pub fn decode_update<'a>(value: &'a [u8], memo: &mut BlocksMemo) -> Result<Updat
     memo.remember(text, payload.len(), &frame);
     Ok(Update::Full { frame, payload })
 }
+
+/// How the encoder starts every header: `decode_update` reuses blocks only
+/// after exactly this.
+const BLOCKS_FIRST: &[u8] = b"{\"blocks\":";
 
 impl<'a> BlockRef<'a> {
     /// Points every buffer and mask of the block at the same offset of
@@ -1894,6 +1962,12 @@ impl<'a> ColumnRef<'a> {
     /// the buffer and mask lengths fit the shape; an all-true (or empty) mask
     /// becomes `None`.
     pub fn to_column(&self) -> Result<Column> {
+        self.clone().into_column()
+    }
+
+    /// [`ColumnRef::to_column`], moving the shape and string values instead
+    /// of copying them.
+    pub fn into_column(self) -> Result<Column> {
         let elements = product(&self.shape).ok_or_else(|| {
             Error::refused(
                 Clause::FrameSizeOverflow,
@@ -1901,7 +1975,7 @@ impl<'a> ColumnRef<'a> {
                 "the product of the shape overflows",
             )
         })?;
-        let data = match &self.data {
+        let data = match self.data {
             ColumnBytes::Strings(values) => {
                 if self.dtype != DType::String || values.len() as u64 != elements {
                     return Err(Error::refused(
@@ -1914,7 +1988,7 @@ impl<'a> ColumnRef<'a> {
                         ),
                     ));
                 }
-                ColumnData::String(values.clone())
+                ColumnData::String(values)
             }
             ColumnBytes::Buffer(b) => {
                 let expected = self
@@ -1981,7 +2055,7 @@ impl<'a> ColumnRef<'a> {
             }
         };
         Ok(Column {
-            shape: self.shape.clone(),
+            shape: self.shape,
             data,
             validity,
             precision: self.precision,
@@ -2074,7 +2148,40 @@ impl BlockRef<'_> {
     }
 }
 
+impl BlockRef<'_> {
+    /// [`BlockRef::to_block`], moving names, shapes and strings instead of
+    /// copying them.
+    pub fn into_block(self) -> Result<Block> {
+        let mut columns = BTreeMap::new();
+        for (name, column) in self.columns {
+            let column = column
+                .into_column()
+                .map_err(|e| e.within(&format!("columns.{name}")))?;
+            columns.insert(name, column);
+        }
+        Ok(Block {
+            count: self.count,
+            columns,
+            structural_shape: self.structural_shape,
+            targets: self.targets,
+            attributes: self.attributes,
+        })
+    }
+}
+
 impl FrameRef<'_> {
+    /// Owned blocks, moving names, shapes and strings out of the frame.
+    pub fn into_blocks(self) -> Result<BTreeMap<String, Block>> {
+        let mut blocks = BTreeMap::new();
+        for (name, block) in self.blocks {
+            let block = block
+                .into_block()
+                .map_err(|e| e.within(&format!("blocks.{name}")))?;
+            blocks.insert(name, block);
+        }
+        Ok(blocks)
+    }
+
     /// Owned copies of every block.
     pub fn to_blocks(&self) -> Result<BTreeMap<String, Block>> {
         let mut blocks = BTreeMap::new();

@@ -253,13 +253,18 @@ impl<'r> RecordTxn<'r> {
             return Ok(None);
         };
         let at = || format!("records[{r}].system");
-        let frame = decode(value).map_err(|e| e.within(&at()))?;
-        let blocks = frame.to_blocks().map_err(|e| e.within(&at()))?;
-        Ok(Some(Frame {
-            meta: frame.info.meta,
-            meta_types: frame.info.meta_types.unwrap_or_default(),
+        let FrameRef { blocks, info } = decode(value).map_err(|e| e.within(&at()))?;
+        let blocks = FrameRef {
             blocks,
-            cell: frame.info.cell,
+            info: FrameInfo::default(),
+        }
+        .into_blocks()
+        .map_err(|e| e.within(&at()))?;
+        Ok(Some(Frame {
+            meta: info.meta,
+            meta_types: info.meta_types.unwrap_or_default(),
+            blocks,
+            cell: info.cell,
         }))
     }
 
@@ -283,6 +288,24 @@ impl<'r> RecordTxn<'r> {
     pub fn for_each_frame<F>(&self, r: u64, mut visit: F) -> Result<()>
     where
         F: FnMut(&ResolvedView<'_, '_>) -> Result<()>,
+    {
+        self.walk_frames(r, |info, step, blocks, cell| {
+            visit(&ResolvedView {
+                step,
+                time: info.time,
+                meta: &info.meta,
+                blocks,
+                cell,
+            })
+        })
+    }
+
+    /// [`RecordTxn::for_each_frame`] handing each update's own decoded
+    /// parts (meta, step, time) to `visit` by value, with the blocks and
+    /// the cell in effect.
+    fn walk_frames<F>(&self, r: u64, mut visit: F) -> Result<()>
+    where
+        F: FnMut(FrameInfo, i64, &BTreeMap<String, BlockRef<'_>>, Option<&Cell>) -> Result<()>,
     {
         let (first, n) = self.check_record(r)?;
         let mut blocks: BTreeMap<String, BlockRef<'_>> = BTreeMap::new();
@@ -366,13 +389,7 @@ impl<'r> RecordTxn<'r> {
             if info.cell.is_some() {
                 cell = info.cell;
             }
-            visit(&ResolvedView {
-                step,
-                time: info.time,
-                meta: &info.meta,
-                blocks: &blocks,
-                cell: cell.as_ref(),
-            })?;
+            visit(info, step, &blocks, cell.as_ref())?;
         }
         Ok(())
     }
@@ -392,9 +409,9 @@ impl<'r> RecordTxn<'r> {
             .unwrap_or(false)
         {
             let mut frames = Vec::new();
-            self.for_each_frame(r, |view| {
+            self.walk_frames(r, |info, step, resolved, cell| {
                 let mut blocks = BTreeMap::new();
-                for (name, b) in view.blocks {
+                for (name, b) in resolved {
                     blocks.insert(
                         name.clone(),
                         b.to_block().map_err(|e| {
@@ -406,11 +423,11 @@ impl<'r> RecordTxn<'r> {
                     );
                 }
                 frames.push(Step {
-                    step: view.step,
-                    time: view.time,
-                    meta: view.meta.clone(),
+                    step,
+                    time: info.time,
+                    meta: info.meta,
                     blocks,
-                    cell: view.cell.copied(),
+                    cell: cell.copied(),
                 });
                 Ok(())
             })?;
