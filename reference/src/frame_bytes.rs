@@ -1241,7 +1241,7 @@ fn decode_fast_header<'a>(
         bytes: text.as_bytes(),
         at: 0,
     };
-    let raw = scan.header(&ctx, false)?;
+    let raw = scan.header(&ctx, false, None)?;
     // `de.end()`: only whitespace after the header object.
     if scan.peek().is_some() {
         return None;
@@ -1529,7 +1529,15 @@ impl<'t> Scan<'t> {
     /// The header object. With `after_blocks`, the text is what follows
     /// `{"blocks":` and a `blocks` value already accepted: the header's
     /// other members, whose `blocks` comes back empty.
-    fn header<'a>(&mut self, ctx: &Ctx<'a>, after_blocks: bool) -> Option<RawHeader<'a>> {
+    ///
+    /// A `meta` document with exactly `recycled`'s keys, in its order, is
+    /// read into `recycled` (no allocation).
+    fn header<'a>(
+        &mut self,
+        ctx: &Ctx<'a>,
+        after_blocks: bool,
+        mut recycled: Option<Document>,
+    ) -> Option<RawHeader<'a>> {
         let (mut blocks, mut meta, mut meta_types, mut step, mut time, mut cell) =
             (None, None, None, None, None, None);
         if after_blocks {
@@ -1539,11 +1547,21 @@ impl<'t> Scan<'t> {
             "blocks" => once(&mut blocks, s.blocks(ctx)?),
             "meta" => {
                 let save = s.at;
-                let doc = match s.simple_doc() {
+                let reused = recycled
+                    .take()
+                    .filter(|d| !d.is_empty())
+                    .and_then(|d| s.same_keys_doc(d));
+                let doc = match reused {
                     Some(doc) => doc,
                     None => {
                         s.at = save;
-                        s.serde()?
+                        match s.simple_doc() {
+                            Some(doc) => doc,
+                            None => {
+                                s.at = save;
+                                s.serde()?
+                            }
+                        }
                     }
                 };
                 once(&mut meta, doc)
@@ -1675,7 +1693,34 @@ impl<'t> Scan<'t> {
     /// caller then hands the whole document to `serde_json`). A repeated key
     /// keeps its last value, as `serde_json`'s map does.
     fn simple_doc(&mut self) -> Option<Document> {
-        let mut doc = Document::new();
+        self.simple_doc_from(Document::new())
+    }
+
+    /// [`Scan::simple_doc`] into `doc`'s map when the object's keys are
+    /// `doc`'s keys in `doc`'s (sorted) order, each once: then every value is
+    /// replaced and the result is what `simple_doc` gives. `None` otherwise
+    /// (the position is then undefined).
+    fn same_keys_doc(&mut self, mut doc: Document) -> Option<Document> {
+        let mut slots = doc.iter_mut();
+        self.object(|s, key| {
+            let (known, slot) = slots.next()?;
+            if known != key {
+                return None;
+            }
+            *slot = match s.peek()? {
+                b'"' => Value::String(s.plain_str()?.to_owned()),
+                _ => s.number()?,
+            };
+            Some(())
+        })?;
+        if slots.next().is_some() {
+            return None;
+        }
+        Some(doc)
+    }
+
+    /// [`Scan::simple_doc`] adding to `doc`.
+    fn simple_doc_from(&mut self, mut doc: Document) -> Option<Document> {
         self.object(|s, key| {
             let v = match s.peek()? {
                 b'"' => Value::String(s.plain_str()?.to_owned()),
@@ -1785,9 +1830,18 @@ pub struct BlocksMemo {
     payload_len: usize,
     /// Whether the next update may be compared with `text` at all.
     usable: bool,
+    /// A meta document of the last update, whose map the next update's meta
+    /// may be read into when it has the same keys.
+    recycled: Document,
 }
 
 impl BlocksMemo {
+    /// Hands back an update's meta document once its caller is done with it:
+    /// the next update with the same per-step keys reuses its map.
+    pub fn recycle(&mut self, meta: Document) {
+        self.recycled = meta;
+    }
+
     /// Remembers `frame`'s blocks (decoded in full from `text`), when the
     /// result does not depend on payload bytes.
     fn remember(&mut self, text: &str, payload_len: usize, frame: &FrameRef<'_>) {
@@ -1872,7 +1926,7 @@ pub fn decode_update<'a>(value: &'a [u8], memo: &mut BlocksMemo) -> Result<Updat
                 at: 0,
             };
             let frame = scan
-                .header(&ctx, true)
+                .header(&ctx, true, Some(std::mem::take(&mut memo.recycled)))
                 .filter(|_| scan.peek().is_none())
                 .and_then(|raw| finish(raw).ok());
             if let Some(frame) = frame {

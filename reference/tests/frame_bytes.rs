@@ -1117,6 +1117,9 @@ fn same_after(prev: &[u8], v: &[u8]) -> bool {
     else {
         return false;
     };
+    // The previous meta document, handed back as a reader does: `v`'s meta
+    // may be read into its map.
+    memo.recycle(prev_frame.info.meta.clone());
     let mut same = false;
     let got = decode_update(v, &mut memo).map(|update| match update {
         Update::Full { frame, .. } => frame,

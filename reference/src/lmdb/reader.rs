@@ -305,7 +305,7 @@ impl<'r> RecordTxn<'r> {
     /// the cell in effect.
     fn walk_frames<F>(&self, r: u64, mut visit: F) -> Result<()>
     where
-        F: FnMut(FrameInfo, i64, &BTreeMap<String, BlockRef<'_>>, Option<&Cell>) -> Result<()>,
+        F: FnMut(&mut FrameInfo, i64, &BTreeMap<String, BlockRef<'_>>, Option<&Cell>) -> Result<()>,
     {
         let (first, n) = self.check_record(r)?;
         let mut blocks: BTreeMap<String, BlockRef<'_>> = BTreeMap::new();
@@ -362,7 +362,7 @@ impl<'r> RecordTxn<'r> {
                     update = decode_update(value, &mut memo).map_err(located)?;
                 }
             }
-            let info = match update {
+            let mut info = match update {
                 Update::Full {
                     frame,
                     payload: new_payload,
@@ -389,7 +389,10 @@ impl<'r> RecordTxn<'r> {
             if info.cell.is_some() {
                 cell = info.cell;
             }
-            visit(info, step, &blocks, cell.as_ref())?;
+            visit(&mut info, step, &blocks, cell.as_ref())?;
+            // What `visit` left of the meta document (a view's, not an
+            // owned record's) serves the next update.
+            memo.recycle(std::mem::take(&mut info.meta));
         }
         Ok(())
     }
@@ -425,7 +428,7 @@ impl<'r> RecordTxn<'r> {
                 frames.push(Step {
                     step,
                     time: info.time,
-                    meta: info.meta,
+                    meta: std::mem::take(&mut info.meta),
                     blocks,
                     cell: cell.copied(),
                 });
