@@ -26,7 +26,7 @@ use super::{
     META_KEY,
 };
 use crate::error::{Error, Result};
-use crate::frame_bytes::{encode, FrameInfo};
+use crate::frame_bytes::{encode, encode_append, FrameInfo};
 use crate::model::*;
 use crate::validate;
 use heed::{Env, EnvFlags, EnvOpenOptions, MdbError, PutFlags, WithoutTls};
@@ -375,6 +375,7 @@ impl Writer {
             // first frame restates every block it presents.
             let mut current: BTreeMap<String, Block> = BTreeMap::new();
             let mut current_cell: Option<Cell> = None;
+            let mut changed: Vec<bool> = Vec::new();
             for step in traj.frames {
                 if n_atoms.is_none() {
                     n_atoms = step.blocks.get("atoms").map(|b| b.count);
@@ -394,18 +395,36 @@ impl Writer {
                     cell,
                 };
                 // Only blocks that differ bit for bit from what carries
-                // forward are written; they then become what carries forward.
-                let mut changed = BTreeMap::new();
-                for (name, block) in step.blocks {
-                    if current.get(&name).is_some_and(|c| c.same_bits(&block)) {
-                        continue;
-                    }
-                    changed.insert(name, block);
-                }
+                // forward are written (compared in place, nothing cloned);
+                // they then become what carries forward.
+                changed.clear();
+                changed.extend(
+                    step.blocks
+                        .iter()
+                        .map(|(name, block)| current.get(name).is_none_or(|c| !c.same_bits(block))),
+                );
                 let j = self.total_frames + frames;
-                encode(&changed, &info, false, &mut self.scratch);
-                current.extend(changed);
-                self.sink.push(&frame_key(j), &self.scratch)?;
+                encode_append(
+                    step.blocks
+                        .iter()
+                        .zip(&changed)
+                        .filter(|(_, &c)| c)
+                        .map(|((name, block), _)| (name.as_str(), block)),
+                    &info,
+                    false,
+                    &mut self.sink.batch.data,
+                );
+                for ((name, block), &c) in step.blocks.into_iter().zip(&changed) {
+                    if c {
+                        match current.get_mut(&name) {
+                            Some(slot) => *slot = block,
+                            None => {
+                                current.insert(name, block);
+                            }
+                        }
+                    }
+                }
+                self.sink.closed(&frame_key(j))?;
                 frames += 1;
             }
         }
@@ -536,4 +555,45 @@ pub fn write_collection(path: &Path, collection: Collection, options: WriterOpti
         writer.append(record)?;
     }
     writer.finish(index)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The writer encodes frames straight into its batch, after other
+    /// values: padding counts from the value's start, so each value is
+    /// what `encode` writes on its own.
+    #[test]
+    fn a_frame_encoded_after_other_values_is_the_frame_encode_writes() {
+        let mut block = Block {
+            count: 3,
+            ..Block::default()
+        };
+        block.columns.insert(
+            "flag".into(),
+            Column::new(vec![3], ColumnData::Bool(vec![true, false, true])),
+        );
+        block.columns.insert(
+            "x".into(),
+            Column {
+                validity: Some(vec![true, false, true]),
+                ..Column::new(vec![3], ColumnData::F64(vec![0.5, -0.0, 2.0]))
+            },
+        );
+        let blocks = BTreeMap::from([("atoms".to_string(), block)]);
+        let info = FrameInfo {
+            step: Some(7),
+            ..FrameInfo::default()
+        };
+        let mut alone = Vec::new();
+        encode(&blocks, &info, false, &mut alone);
+        for prefix in 0..17 {
+            let mut batch = vec![0xAB; prefix];
+            let iter = blocks.iter().map(|(n, b)| (n.as_str(), b));
+            encode_append(iter, &info, false, &mut batch);
+            assert!(batch[..prefix].iter().all(|&b| b == 0xAB));
+            assert_eq!(&batch[prefix..], &alone[..], "after {prefix} bytes");
+        }
+    }
 }
