@@ -200,17 +200,64 @@ fn written_mask(column: &Column) -> Option<&[bool]> {
     column.validity.as_deref().filter(|m| !m.iter().all(|&b| b))
 }
 
-/// Appends `values` as `N`-byte little-endian items, then pads to 8 (from `start`).
-fn put<T: Copy, const N: usize>(
+/// Item types whose memory is exactly their bytes: no padding, every byte
+/// initialized (the numeric column types, `bool` as one 0 / 1 byte, and
+/// the complex pairs, re then im).
+///
+/// # Safety
+///
+/// An implementor must have no padding bytes and be `N` bytes for the `N`
+/// that [`put`] is called with for it.
+unsafe trait Plain: Copy {}
+
+// SAFETY: primitive numbers and bools have no padding; arrays of them have
+// none either.
+unsafe impl Plain for f64 {}
+// SAFETY: as above.
+unsafe impl Plain for i8 {}
+// SAFETY: as above.
+unsafe impl Plain for i16 {}
+// SAFETY: as above.
+unsafe impl Plain for i32 {}
+// SAFETY: as above.
+unsafe impl Plain for i64 {}
+// SAFETY: as above.
+unsafe impl Plain for u8 {}
+// SAFETY: as above.
+unsafe impl Plain for u16 {}
+// SAFETY: as above.
+unsafe impl Plain for u32 {}
+// SAFETY: as above.
+unsafe impl Plain for u64 {}
+// SAFETY: as above; a bool's one byte is 0 or 1, the byte the format wants.
+unsafe impl Plain for bool {}
+// SAFETY: as above.
+unsafe impl Plain for [f32; 2] {}
+// SAFETY: as above.
+unsafe impl Plain for [f64; 2] {}
+
+/// Appends `values` as `N`-byte little-endian items, then pads to 8 (from
+/// `start`). On a little-endian target the items' memory already is that
+/// encoding and is copied in one go (this is most of the encoder's work).
+fn put<T: Plain, const N: usize>(
     out: &mut Vec<u8>,
     start: usize,
     values: &[T],
     bytes: impl Fn(T) -> [u8; N],
 ) {
-    let at = out.len();
-    out.resize(at + values.len() * N, 0);
-    for (dst, &v) in out[at..].chunks_exact_mut(N).zip(values) {
-        dst.copy_from_slice(&bytes(v));
+    if cfg!(target_endian = "little") && std::mem::size_of::<T>() == N {
+        // SAFETY: `T: Plain` has no padding, so the slice's memory is
+        // `size_of_val(values)` initialized bytes, valid for reads while
+        // `values` is borrowed; u8 has no alignment or validity demands.
+        let raw = unsafe {
+            std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values))
+        };
+        out.extend_from_slice(raw);
+    } else {
+        out.reserve(values.len() * N);
+        for &v in values {
+            out.extend_from_slice(&bytes(v));
+        }
     }
     pad8(out, start);
 }
