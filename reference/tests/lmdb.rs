@@ -551,3 +551,31 @@ fn a_writer_leaves_no_file_but_the_collection_and_its_lock() {
         20
     );
 }
+
+/// A record whose frames disagree on a column's dtype, in a collection
+/// without a declaration: refused while its declaration is derived, at the
+/// frame and column where it happens (the path is formatted only then).
+#[test]
+fn a_derived_declaration_refuses_at_the_frame_and_column() {
+    let q = |dtype: &str, v: Value| json!({"dtype": dtype, "shape": [1], "values": [v]});
+    let c = json!({
+        "meta": {"units": {"length": "angstrom"}},
+        "records": [
+            {"trajectory": {"frames": [
+                {"step": 0, "blocks": {"atoms": {"count": 1, "columns": {"q": q("f64", json!(0.5))}}}}
+            ]}},
+            {"trajectory": {"frames": [
+                {"step": 0, "blocks": {"atoms": {"count": 1, "columns": {"q": q("f64", json!(0.5))}}}},
+                {"step": 1, "blocks": {"atoms": {"count": 1, "columns": {"q": q("i64", json!(1))}}}}
+            ]}}
+        ]
+    });
+    let path = scratch("derived-refusal");
+    match write_json(&path, &c, WriterOptions::default()) {
+        Err(Error::Refused { clause, at, .. }) => {
+            assert_eq!(clause, Clause::BlockColumnSetStable);
+            assert_eq!(at, "records[1].trajectory.frames[1].blocks.atoms.columns.q");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
