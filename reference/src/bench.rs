@@ -377,6 +377,31 @@ impl Molecule {
     }
 }
 
+/// The header the benchmark writes for `n` records of the workload of `seed`
+/// (public for profiling drivers such as `examples/write_profile.rs`).
+pub fn workload_header(seed: u64, n: u64) -> Header {
+    let mut collection_meta = Document::new();
+    collection_meta.insert(
+        "units".into(),
+        json!({"length": "angstrom", "energy": "kcal/mol", "force": "kcal/mol/angstrom"}),
+    );
+    collection_meta.insert(
+        "source".into(),
+        json!(format!("mrec bench, seed {seed}, {n} records")),
+    );
+    Header {
+        meta: collection_meta,
+        sequence_schema: Some(sequence_schema()),
+        forcefield: None,
+    }
+}
+
+/// Record `r` of the workload of `seed`, exactly as the benchmark hands it
+/// to the writer (public for profiling drivers).
+pub fn workload_record(seed: u64, r: u64) -> Record {
+    Molecule::generate(seed, r).into_record()
+}
+
 /// `C`, `H`, then the others alphabetically (Hill order).
 fn hill_formula(elements: &[usize]) -> String {
     let mut counts = [0usize; ELEMENTS.len()];
@@ -1169,20 +1194,7 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
     let load_start = loadavg();
 
     // (1) Write, one record at a time.
-    let mut collection_meta = Document::new();
-    collection_meta.insert(
-        "units".into(),
-        json!({"length": "angstrom", "energy": "kcal/mol", "force": "kcal/mol/angstrom"}),
-    );
-    collection_meta.insert(
-        "source".into(),
-        json!(format!("mrec bench, seed {seed}, {n} records")),
-    );
-    let header = Header {
-        meta: collection_meta,
-        sequence_schema: Some(sequence_schema()),
-        forcefield: None,
-    };
+    let header = workload_header(seed, n);
     let mem_before = mem();
     let cpu_start = cpu_secs();
     let wall = Instant::now();

@@ -125,11 +125,457 @@ pub enum ColumnBytes<'a> {
 /// same value as no mask). An undefined cell is written with identity vectors
 /// and an all-false boundary (DIGEST §8).
 ///
+/// The header is written by hand, byte for byte what `serde_json` writes
+/// for it ([`encode_reference`], the serde encoder, is kept to prove it).
+///
 /// # Panics
 ///
 /// Only if the header exceeds `u32::MAX` bytes. A header above
 /// [`MAX_HEADER_LEN`] is written but [`decode`] refuses it.
 pub fn encode(
+    blocks: &BTreeMap<String, Block>,
+    info: &FrameInfo,
+    with_precision: bool,
+    out: &mut Vec<u8>,
+) {
+    out.clear();
+    encode_append(
+        blocks.iter().map(|(name, block)| (name.as_str(), block)),
+        info,
+        with_precision,
+        out,
+    );
+}
+
+/// Appends the encoding of one frame after what `out` already holds, so a
+/// writer can encode straight into its batch buffer: the value is
+/// `out[start..]` with `start` the length on entry, and its padding counts
+/// from `start`, so these are the bytes [`encode`] writes.
+///
+/// `blocks` must yield distinct names in ascending order (as a `BTreeMap`
+/// iterates, possibly filtered); it is walked twice, header then payload.
+///
+/// # Panics
+///
+/// As [`encode`].
+pub(crate) fn encode_append<'a, I>(
+    blocks: I,
+    info: &FrameInfo,
+    with_precision: bool,
+    out: &mut Vec<u8>,
+) where
+    I: Iterator<Item = (&'a str, &'a Block)> + Clone,
+{
+    let start = out.len();
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&[0; 4]);
+    let payload_len = write_header(blocks.clone(), info, with_precision, out);
+    let header_len = u32::try_from(out.len() - start - 8).expect("frame header larger than 4 GiB");
+    out[start + 4..start + 8].copy_from_slice(&header_len.to_le_bytes());
+    pad8(out, start);
+    out.reserve(usize::try_from(payload_len).unwrap_or(0));
+    for (_, block) in blocks {
+        for column in block.columns.values() {
+            write_buffer(&column.data, out, start);
+            if let Some(mask) = written_mask(column) {
+                put(out, start, mask, |b| [b as u8]);
+            }
+        }
+    }
+}
+
+/// Zero bytes up to the next multiple of 8, counted from the value's `start`.
+fn pad8(out: &mut Vec<u8>, start: usize) {
+    let len = start + (out.len() - start).next_multiple_of(8);
+    out.resize(len, 0);
+}
+
+/// Bytes of a numeric buffer (0 for strings: no buffer).
+fn buffer_len(data: &ColumnData) -> u64 {
+    (data.len() as u64).saturating_mul(data.dtype().item_size().unwrap_or(0) as u64)
+}
+
+/// The mask the encoder writes: none when absent or all true.
+fn written_mask(column: &Column) -> Option<&[bool]> {
+    column.validity.as_deref().filter(|m| !m.iter().all(|&b| b))
+}
+
+/// Item types whose memory is exactly their bytes: no padding, every byte
+/// initialized (the numeric column types, `bool` as one 0 / 1 byte, and
+/// the complex pairs, re then im).
+///
+/// # Safety
+///
+/// An implementor must have no padding bytes and be `N` bytes for the `N`
+/// that [`put`] is called with for it.
+unsafe trait Plain: Copy {}
+
+// SAFETY: primitive numbers and bools have no padding; arrays of them have
+// none either.
+unsafe impl Plain for f64 {}
+// SAFETY: as above.
+unsafe impl Plain for i8 {}
+// SAFETY: as above.
+unsafe impl Plain for i16 {}
+// SAFETY: as above.
+unsafe impl Plain for i32 {}
+// SAFETY: as above.
+unsafe impl Plain for i64 {}
+// SAFETY: as above.
+unsafe impl Plain for u8 {}
+// SAFETY: as above.
+unsafe impl Plain for u16 {}
+// SAFETY: as above.
+unsafe impl Plain for u32 {}
+// SAFETY: as above.
+unsafe impl Plain for u64 {}
+// SAFETY: as above; a bool's one byte is 0 or 1, the byte the format wants.
+unsafe impl Plain for bool {}
+// SAFETY: as above.
+unsafe impl Plain for [f32; 2] {}
+// SAFETY: as above.
+unsafe impl Plain for [f64; 2] {}
+
+/// Appends `values` as `N`-byte little-endian items, then pads to 8 (from
+/// `start`). On a little-endian target the items' memory already is that
+/// encoding and is copied in one go (this is most of the encoder's work).
+fn put<T: Plain, const N: usize>(
+    out: &mut Vec<u8>,
+    start: usize,
+    values: &[T],
+    bytes: impl Fn(T) -> [u8; N],
+) {
+    if cfg!(target_endian = "little") && std::mem::size_of::<T>() == N {
+        // SAFETY: `T: Plain` has no padding, so the slice's memory is
+        // `size_of_val(values)` initialized bytes, valid for reads while
+        // `values` is borrowed; u8 has no alignment or validity demands.
+        let raw = unsafe {
+            std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values))
+        };
+        out.extend_from_slice(raw);
+    } else {
+        out.reserve(values.len() * N);
+        for &v in values {
+            out.extend_from_slice(&bytes(v));
+        }
+    }
+    pad8(out, start);
+}
+
+fn write_buffer(data: &ColumnData, out: &mut Vec<u8>, start: usize) {
+    match data {
+        ColumnData::F64(v) => put(out, start, v, f64::to_le_bytes),
+        ColumnData::I8(v) => put(out, start, v, i8::to_le_bytes),
+        ColumnData::I16(v) => put(out, start, v, i16::to_le_bytes),
+        ColumnData::I32(v) => put(out, start, v, i32::to_le_bytes),
+        ColumnData::I64(v) => put(out, start, v, i64::to_le_bytes),
+        ColumnData::U8(v) => put(out, start, v, u8::to_le_bytes),
+        ColumnData::U16(v) => put(out, start, v, u16::to_le_bytes),
+        ColumnData::U32(v) => put(out, start, v, u32::to_le_bytes),
+        ColumnData::U64(v) => put(out, start, v, u64::to_le_bytes),
+        ColumnData::Bool(v) => put(out, start, v, |b| [b as u8]),
+        ColumnData::String(_) => {}
+        ColumnData::C64(v) => put(out, start, v, |[re, im]: [f32; 2]| {
+            let mut b = [0; 8];
+            b[..4].copy_from_slice(&re.to_le_bytes());
+            b[4..].copy_from_slice(&im.to_le_bytes());
+            b
+        }),
+        ColumnData::C128(v) => put(out, start, v, |[re, im]: [f64; 2]| {
+            let mut b = [0; 16];
+            b[..8].copy_from_slice(&re.to_le_bytes());
+            b[8..].copy_from_slice(&im.to_le_bytes());
+            b
+        }),
+    }
+}
+
+/// Writes the header JSON (what `HeaderSer` serializes: the same keys in the
+/// same order, compact) and returns the payload length. Offsets are handed
+/// out in the order the payload is then written (blocks by name, columns by
+/// name, each column's buffer then its mask).
+fn write_header<'a>(
+    blocks: impl Iterator<Item = (&'a str, &'a Block)>,
+    info: &FrameInfo,
+    with_precision: bool,
+    out: &mut Vec<u8>,
+) -> u64 {
+    let mut next = 0u64;
+    let mut alloc = |len: u64| {
+        let at = next;
+        next = at.saturating_add(len.saturating_add(7) & !7);
+        at
+    };
+    out.extend_from_slice(b"{\"blocks\":{");
+    for (i, (name, block)) in blocks.enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        json_str(out, name);
+        out.extend_from_slice(b":{\"count\":");
+        json_u64(out, block.count);
+        out.extend_from_slice(b",\"structural_shape\":");
+        match &block.structural_shape {
+            Some(shape) => json_u64s(out, shape),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"columns\":{");
+        for (j, (col, column)) in block.columns.iter().enumerate() {
+            if j > 0 {
+                out.push(b',');
+            }
+            json_str(out, col);
+            out.extend_from_slice(b":{\"dtype\":");
+            json_str(out, column.dtype().name());
+            out.extend_from_slice(b",\"shape\":");
+            json_u64s(out, &column.shape);
+            match &column.data {
+                ColumnData::String(values) => {
+                    out.extend_from_slice(b",\"values\":[");
+                    for (k, v) in values.iter().enumerate() {
+                        if k > 0 {
+                            out.push(b',');
+                        }
+                        json_str(out, v);
+                    }
+                    out.push(b']');
+                }
+                data => {
+                    out.extend_from_slice(b",\"offset\":");
+                    json_u64(out, alloc(buffer_len(data)));
+                }
+            }
+            if let Some(mask) = written_mask(column) {
+                out.extend_from_slice(b",\"validity\":");
+                json_u64(out, alloc(mask.len() as u64));
+            }
+            if let (true, Some(p)) = (with_precision, column.precision) {
+                out.extend_from_slice(b",\"precision\":");
+                json_f64(out, p);
+            }
+            out.push(b'}');
+        }
+        out.push(b'}');
+        if !block.targets.is_empty() {
+            out.extend_from_slice(b",\"targets\":{");
+            for (k, (col, target)) in block.targets.iter().enumerate() {
+                if k > 0 {
+                    out.push(b',');
+                }
+                json_str(out, col);
+                out.push(b':');
+                json_str(out, target);
+            }
+            out.push(b'}');
+        }
+        if !block.attributes.is_empty() {
+            out.extend_from_slice(b",\"attributes\":");
+            json_object(out, &block.attributes);
+        }
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"},\"meta\":");
+    json_object(out, &info.meta);
+    if let Some(tags) = &info.meta_types {
+        out.extend_from_slice(b",\"meta_types\":{");
+        for (k, (key, tag)) in tags.iter().enumerate() {
+            if k > 0 {
+                out.push(b',');
+            }
+            json_str(out, key);
+            out.push(b':');
+            json_str(out, tag.name());
+        }
+        out.push(b'}');
+    }
+    if let Some(step) = info.step {
+        out.extend_from_slice(b",\"step\":");
+        typed_int(out, step);
+    }
+    if let Some(time) = info.time {
+        out.extend_from_slice(b",\"time\":");
+        typed_f64(out, time);
+    }
+    if let Some(cell) = &info.cell {
+        out.extend_from_slice(b",\"box\":");
+        json_box(out, cell);
+    }
+    out.push(b'}');
+    next
+}
+
+/// A JSON string as `serde_json` escapes it: `"`, `\` and the control
+/// characters below U+0020 (the short forms `\b \t \n \f \r`, else
+/// `\u00xx` in lowercase hex); everything else, U+007F and non-ASCII
+/// included, as is.
+fn json_str(out: &mut Vec<u8>, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    let mut run = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let short: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            0x08 => b"\\b",
+            b'\t' => b"\\t",
+            b'\n' => b"\\n",
+            0x0C => b"\\f",
+            b'\r' => b"\\r",
+            0x00..=0x1F => &[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[(b >> 4) as usize],
+                HEX[(b & 0xF) as usize],
+            ],
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[run..i]);
+        out.extend_from_slice(short);
+        run = i + 1;
+    }
+    out.extend_from_slice(&bytes[run..]);
+    out.push(b'"');
+}
+
+fn json_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+}
+
+fn json_u64s(out: &mut Vec<u8>, values: &[u64]) {
+    out.push(b'[');
+    for (i, &v) in values.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        json_u64(out, v);
+    }
+    out.push(b']');
+}
+
+/// An f64 as `serde_json` serializes one: through its own float formatter
+/// (so the digits are its digits), `null` when not finite.
+fn json_f64(out: &mut Vec<u8>, v: f64) {
+    serde_json::to_writer(&mut *out, &v).expect("writing to a Vec cannot fail");
+}
+
+/// A typed i64 ([`TypedInt`]): a number up to 2^53 in magnitude, a decimal string beyond.
+fn typed_int(out: &mut Vec<u8>, v: i64) {
+    let mut buffer = itoa::Buffer::new();
+    let digits = buffer.format(v).as_bytes();
+    if (v as i128).abs() <= EXACT_INTEGER_LIMIT {
+        out.extend_from_slice(digits);
+    } else {
+        out.push(b'"');
+        out.extend_from_slice(digits);
+        out.push(b'"');
+    }
+}
+
+/// A typed f64 ([`TypedF64`]): a number when finite, `"NaN"`, `"Infinity"`, `"-Infinity"` otherwise.
+fn typed_f64(out: &mut Vec<u8>, v: f64) {
+    if v.is_finite() {
+        json_f64(out, v);
+    } else if v.is_nan() {
+        out.extend_from_slice(b"\"NaN\"");
+    } else if v > 0.0 {
+        out.extend_from_slice(b"\"Infinity\"");
+    } else {
+        out.extend_from_slice(b"\"-Infinity\"");
+    }
+}
+
+/// A `box` ([`BoxSer`]).
+fn json_box(out: &mut Vec<u8>, cell: &Cell) {
+    let (vectors, boundary) = if cell.defined {
+        (cell.vectors, cell.boundary)
+    } else {
+        (Cell::IDENTITY, [false; 3])
+    };
+    let triple = |out: &mut Vec<u8>, v: &[f64]| {
+        out.push(b'[');
+        for (i, &x) in v.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            typed_f64(out, x);
+        }
+        out.push(b']');
+    };
+    let flag = |b: bool| -> &'static [u8] {
+        if b {
+            b"true"
+        } else {
+            b"false"
+        }
+    };
+    out.extend_from_slice(b"{\"vectors\":[");
+    for (i, row) in vectors.chunks_exact(3).enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        triple(out, row);
+    }
+    out.extend_from_slice(b"],\"origin\":");
+    triple(out, &cell.origin);
+    out.extend_from_slice(b",\"boundary\":[");
+    for (i, &b) in boundary.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(flag(b));
+    }
+    out.extend_from_slice(b"],\"cell_defined\":");
+    out.extend_from_slice(flag(cell.defined));
+    out.push(b'}');
+}
+
+/// A JSON object of free-form values (meta, attributes), in the map's order.
+fn json_object(out: &mut Vec<u8>, map: &serde_json::Map<String, Value>) {
+    out.push(b'{');
+    for (i, (key, value)) in map.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        json_str(out, key);
+        out.push(b':');
+        json_value(out, value);
+    }
+    out.push(b'}');
+}
+
+/// A free-form JSON value as `serde_json` writes it; numbers go through
+/// `serde_json` itself, whose representation of them (integer, float,
+/// or arbitrary-precision text) is its own.
+fn json_value(out: &mut Vec<u8>, value: &Value) {
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Number(n) => {
+            serde_json::to_writer(&mut *out, n).expect("writing to a Vec cannot fail")
+        }
+        Value::String(s) => json_str(out, s),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                json_value(out, item);
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => json_object(out, map),
+    }
+}
+
+/// The serde encoder the hand-written header replaced: the same bytes as
+/// [`encode`], kept so tests can prove it (`tests/encode_equivalence.rs`).
+#[doc(hidden)]
+pub fn encode_reference(
     blocks: &BTreeMap<String, Block>,
     info: &FrameInfo,
     with_precision: bool,
@@ -148,74 +594,18 @@ pub fn encode(
         .expect("serializing a frame header cannot fail: keys are strings");
     let header_len = u32::try_from(out.len() - 8).expect("frame header larger than 4 GiB");
     out[4..8].copy_from_slice(&header_len.to_le_bytes());
-    pad8(out);
-    let payload_len = usize::try_from(header.next.get()).unwrap_or(0);
-    out.reserve(payload_len);
+    pad8(out, 0);
     for block in blocks.values() {
         for column in block.columns.values() {
-            write_buffer(&column.data, out);
+            write_buffer(&column.data, out, 0);
             if let Some(mask) = written_mask(column) {
-                put(out, mask, |b| [b as u8]);
+                put(out, 0, mask, |b| [b as u8]);
             }
         }
     }
 }
 
-/// Zero bytes up to the next multiple of 8.
-fn pad8(out: &mut Vec<u8>) {
-    let len = out.len().next_multiple_of(8);
-    out.resize(len, 0);
-}
-
-/// Bytes of a numeric buffer (0 for strings: no buffer).
-fn buffer_len(data: &ColumnData) -> u64 {
-    (data.len() as u64).saturating_mul(data.dtype().item_size().unwrap_or(0) as u64)
-}
-
-/// The mask the encoder writes: none when absent or all true.
-fn written_mask(column: &Column) -> Option<&[bool]> {
-    column.validity.as_deref().filter(|m| !m.iter().all(|&b| b))
-}
-
-/// Appends `values` as `N`-byte little-endian items, then pads to 8.
-fn put<T: Copy, const N: usize>(out: &mut Vec<u8>, values: &[T], bytes: impl Fn(T) -> [u8; N]) {
-    let start = out.len();
-    out.resize(start + values.len() * N, 0);
-    for (dst, &v) in out[start..].chunks_exact_mut(N).zip(values) {
-        dst.copy_from_slice(&bytes(v));
-    }
-    pad8(out);
-}
-
-fn write_buffer(data: &ColumnData, out: &mut Vec<u8>) {
-    match data {
-        ColumnData::F64(v) => put(out, v, f64::to_le_bytes),
-        ColumnData::I8(v) => put(out, v, i8::to_le_bytes),
-        ColumnData::I16(v) => put(out, v, i16::to_le_bytes),
-        ColumnData::I32(v) => put(out, v, i32::to_le_bytes),
-        ColumnData::I64(v) => put(out, v, i64::to_le_bytes),
-        ColumnData::U8(v) => put(out, v, u8::to_le_bytes),
-        ColumnData::U16(v) => put(out, v, u16::to_le_bytes),
-        ColumnData::U32(v) => put(out, v, u32::to_le_bytes),
-        ColumnData::U64(v) => put(out, v, u64::to_le_bytes),
-        ColumnData::Bool(v) => put(out, v, |b| [b as u8]),
-        ColumnData::String(_) => {}
-        ColumnData::C64(v) => put(out, v, |[re, im]: [f32; 2]| {
-            let mut b = [0; 8];
-            b[..4].copy_from_slice(&re.to_le_bytes());
-            b[4..].copy_from_slice(&im.to_le_bytes());
-            b
-        }),
-        ColumnData::C128(v) => put(out, v, |[re, im]: [f64; 2]| {
-            let mut b = [0; 16];
-            b[..8].copy_from_slice(&re.to_le_bytes());
-            b[8..].copy_from_slice(&im.to_le_bytes());
-            b
-        }),
-    }
-}
-
-/// The header, serialized straight into the output. Offsets are handed out
+/// The header as serde serializes it ([`encode_reference`]). Offsets are handed out
 /// by `next` in the order the payload is then written (blocks by name,
 /// columns by name, each column's buffer then its mask).
 struct HeaderSer<'a> {

@@ -181,7 +181,10 @@ impl Column {
 
     /// Bit-for-bit equality of content (dtype, shape, values, mask, precision).
     pub fn same_bits(&self, other: &Column) -> bool {
-        let mask = |c: &Column| c.validity.clone().filter(|m| !m.iter().all(|&b| b));
+        // Borrowed, not cloned: the writer compares every presented block.
+        fn mask(c: &Column) -> Option<&[bool]> {
+            c.validity.as_deref().filter(|m| !m.iter().all(|&b| b))
+        }
         self.shape == other.shape
             && self.data.same_bits(&other.data)
             && mask(self) == mask(other)

@@ -87,48 +87,57 @@ fn json_text(v: &Value) -> String {
 }
 
 /// Checks a trajectory declaration.
+///
+/// Runs for every record of a collection without a declaration of its own
+/// (the derived one grows record by record), so paths are formatted only on
+/// the error path.
 pub fn check_schema(schema: &SequenceSchema, at: &str) -> Result<()> {
     for (name, decl) in &schema.blocks {
-        let at = format!("{at}.blocks.{name}");
+        let bat = || format!("{at}.blocks.{name}");
         if RESERVED_BLOCK_NAMES.contains(&name.as_str()) {
-            refuse!(ReservedBlockName, at, "block name `{name}` is reserved");
+            refuse!(ReservedBlockName, bat(), "block name `{name}` is reserved");
         }
         for (col, cd) in &decl.columns {
-            let cat = format!("{at}.columns.{col}");
+            let cat = || format!("{at}.blocks.{name}.columns.{col}");
             if col == "_validity" {
                 refuse!(
                     ColumnReservedName,
-                    cat,
+                    cat(),
                     "column name `_validity` is reserved"
                 );
             }
             if RESERVED_TRAJECTORY_COLUMNS.contains(&col.as_str()) {
-                refuse!(ReservedColumnName, cat, "column name `{col}` is reserved");
+                refuse!(ReservedColumnName, cat(), "column name `{col}` is reserved");
             }
-            check_canonical_dtype(col, cd.dtype, &cat)?;
-            check_precision(cd.precision, cd.dtype, &cat)?;
+            // Both refuse at exactly the path they are given: "" made whole.
+            check_canonical_dtype(col, cd.dtype, "").map_err(|e| e.within(&cat()))?;
+            check_precision(cd.precision, cd.dtype, "").map_err(|e| e.within(&cat()))?;
         }
         if let Some(target) = &decl.aligned_with {
             if decl.structural_shape.is_some() {
                 refuse!(
                     AlignedNoStructuralShape,
-                    at,
+                    bat(),
                     "an aligned block has no structural_shape"
                 );
             }
             match schema.blocks.get(target) {
                 None => refuse!(
                     AlignedTarget,
-                    at,
+                    bat(),
                     "aligned_with `{target}`, which is not a declared block"
                 ),
                 Some(_) if target == name => {
-                    refuse!(AlignedTarget, at, "a block cannot be aligned with itself")
+                    refuse!(
+                        AlignedTarget,
+                        bat(),
+                        "a block cannot be aligned with itself"
+                    )
                 }
                 Some(t) if t.aligned_with.is_some() => {
                     refuse!(
                         AlignedTarget,
-                        at,
+                        bat(),
                         "aligned_with `{target}`, which is itself aligned"
                     )
                 }
@@ -136,7 +145,7 @@ pub fn check_schema(schema: &SequenceSchema, at: &str) -> Result<()> {
                     if let Some(shared) = decl.columns.keys().find(|c| t.columns.contains_key(*c)) {
                         refuse!(
                             AlignedNoSharedColumn,
-                            at,
+                            bat(),
                             "shares column `{shared}` with its target `{target}`"
                         );
                     }
@@ -151,37 +160,37 @@ pub fn check_schema(schema: &SequenceSchema, at: &str) -> Result<()> {
             {
                 refuse!(
                     StructuralShapeProduct,
-                    at,
+                    bat(),
                     "structural_shape product overflows"
                 );
             }
         }
     }
     for (key, md) in &schema.meta {
-        let at = format!("{at}.meta.{key}");
+        let at = || format!("{at}.meta.{key}");
         if CANONICAL_F64_STEP_KEYS.contains(&key.as_str()) && md.tag != MetaTag::F64 {
             refuse!(
                 StepMetaCanonicalF64,
-                at,
+                at(),
                 "per-step key `{key}` must be declared f64, not {}",
                 md.tag.name()
             );
         }
         if key == "_meta_types" {
-            refuse!(MetaReservedKey, at, "meta key `_meta_types` is reserved");
+            refuse!(MetaReservedKey, at(), "meta key `_meta_types` is reserved");
         }
         match &md.fill {
             Some(Value::Null) if md.tag != MetaTag::Json => {
                 refuse!(
                     FillNullJsonOnly,
-                    at,
+                    at(),
                     "`fill: null` is only valid for a json key, not {}",
                     md.tag.name()
                 )
             }
             Some(fill) => {
                 typed_json::normalize(md.tag, fill)
-                    .map_err(|e| Error::refused(Clause::TypedValue, &at, format!("fill: {e}")))?;
+                    .map_err(|e| Error::refused(Clause::TypedValue, at(), format!("fill: {e}")))?;
             }
             None => {}
         }
@@ -280,7 +289,9 @@ pub fn prepare_block(block: &mut Block, at: &str) -> Result<()> {
     check_structural_shape(block, at)?;
     let count = block.count;
     for (name, col) in &mut block.columns {
-        prepare_column(col, name, count, None, &format!("{at}.columns.{name}"))?;
+        // prepare_column refuses at exactly the path it is given.
+        prepare_column(col, name, count, None, "")
+            .map_err(|e| e.within(&format!("{at}.columns.{name}")))?;
     }
     Ok(())
 }
@@ -577,47 +588,49 @@ pub fn record_declaration(traj: &Trajectory, at: &str) -> Result<RecordDeclarati
             states_meta: true,
         });
     }
+    // Per frame and column: nothing is allocated once a block, column or
+    // key has been seen, and paths are formatted only on the error path.
     let mut decl = SequenceSchema::default();
     for (i, step) in traj.frames.iter().enumerate() {
-        let fat = format!("{at}.frames[{i}]");
         for (name, block) in &step.blocks {
-            let entry = decl
-                .blocks
-                .entry(name.clone())
-                .or_insert_with(|| BlockDecl {
+            if !decl.blocks.contains_key(name) {
+                let first = BlockDecl {
                     structural_shape: block.structural_shape.clone(),
                     targets: block.targets.clone(),
                     ..BlockDecl::default()
-                });
-            for (col, column) in &block.columns {
-                let cd = ColumnDecl {
-                    dtype: column.dtype(),
-                    trailing: column.shape.get(1..).unwrap_or_default().to_vec(),
-                    nullable: column
-                        .validity
-                        .as_ref()
-                        .is_some_and(|m| m.iter().any(|v| !v)),
-                    precision: None,
                 };
+                decl.blocks.insert(name.clone(), first);
+            }
+            let entry = decl.blocks.get_mut(name).expect("inserted above");
+            for (col, column) in &block.columns {
                 merge_column_decl(
                     entry,
                     col,
-                    cd,
-                    &format!("{fat}.blocks.{name}.columns.{col}"),
+                    column.dtype(),
+                    column.shape.get(1..).unwrap_or_default(),
+                    None,
+                    column
+                        .validity
+                        .as_ref()
+                        .is_some_and(|m| m.iter().any(|v| !v)),
+                    || format!("{at}.frames[{i}].blocks.{name}.columns.{col}"),
                     Clause::BlockColumnSetStable,
                 )?;
             }
         }
         for (key, value) in &step.meta {
             let tag = infer_step_tag(key, value);
-            let entry = decl
-                .meta
-                .entry(key.clone())
-                .or_insert(MetaDecl { tag, fill: None });
-            // Integers and reals (and the special-float strings) of one key
-            // across frames are one f64 key.
-            if entry.tag != tag && is_real_tag(entry.tag) && is_real_tag(tag) {
-                entry.tag = MetaTag::F64;
+            match decl.meta.get_mut(key) {
+                // Integers and reals (and the special-float strings) of one
+                // key across frames are one f64 key.
+                Some(entry) => {
+                    if entry.tag != tag && is_real_tag(entry.tag) && is_real_tag(tag) {
+                        entry.tag = MetaTag::F64;
+                    }
+                }
+                None => {
+                    decl.meta.insert(key.clone(), MetaDecl { tag, fill: None });
+                }
             }
         }
     }
@@ -675,7 +688,7 @@ impl DerivedSchema {
         }
         let schema = &mut self.schema;
         for (name, rb) in &record.schema.blocks {
-            let bat = format!("{at}.blocks.{name}");
+            let bat = || format!("{at}.blocks.{name}");
             let entry = schema
                 .blocks
                 .entry(name.clone())
@@ -689,7 +702,7 @@ impl DerivedSchema {
             {
                 refuse!(
                     DerivedColumnsAgree,
-                    bat,
+                    bat(),
                     "records disagree on this block's structure"
                 );
             }
@@ -697,8 +710,11 @@ impl DerivedSchema {
                 merge_column_decl(
                     entry,
                     col,
-                    cd.clone(),
-                    &format!("{bat}.columns.{col}"),
+                    cd.dtype,
+                    &cd.trailing,
+                    cd.precision,
+                    cd.nullable,
+                    || format!("{at}.blocks.{name}.columns.{col}"),
                     Clause::DerivedColumnsAgree,
                 )?;
             }
@@ -707,32 +723,46 @@ impl DerivedSchema {
     }
 }
 
+/// Adds a column (`dtype`, `trailing` shape, `precision`, `nullable`) to a
+/// block declaration, or checks it against the one there. Takes the parts
+/// by reference and the path as a closure: the common case (a column seen
+/// before, agreeing) allocates nothing.
+#[allow(clippy::too_many_arguments)]
 fn merge_column_decl(
     block: &mut BlockDecl,
     col: &str,
-    cd: ColumnDecl,
-    at: &str,
+    dtype: DType,
+    trailing: &[u64],
+    precision: Option<f64>,
+    nullable: bool,
+    at: impl FnOnce() -> String,
     clause: Clause,
 ) -> Result<()> {
     match block.columns.get_mut(col) {
         None => {
+            let cd = ColumnDecl {
+                dtype,
+                trailing: trailing.to_vec(),
+                nullable,
+                precision,
+            };
             block.columns.insert(col.to_string(), cd);
         }
         Some(have) => {
-            if have.dtype != cd.dtype
-                || have.trailing != cd.trailing
-                || have.precision.map(f64::to_bits) != cd.precision.map(f64::to_bits)
+            if have.dtype != dtype
+                || have.trailing != trailing
+                || have.precision.map(f64::to_bits) != precision.map(f64::to_bits)
             {
                 return Err(Error::refused(
                     clause,
-                    at,
+                    at(),
                     format!(
                         "column declared {} {:?} elsewhere, {} {:?} here",
-                        have.dtype, have.trailing, cd.dtype, cd.trailing
+                        have.dtype, have.trailing, dtype, trailing
                     ),
                 ));
             }
-            have.nullable |= cd.nullable;
+            have.nullable |= nullable;
         }
     }
     Ok(())
@@ -920,7 +950,10 @@ fn prepare_update(
     }
     check_structural_shape(block, "")?;
     match column_sets.get(name) {
-        Some(first) if !first.iter().eq(block.columns.keys()) => {
+        Some(first)
+            if first.len() != block.columns.len()
+                || !first.iter().zip(block.columns.keys()).all(|(a, b)| a == b) =>
+        {
             let names: Vec<&String> = block.columns.keys().collect();
             refuse!(
                 BlockColumnSetStable,

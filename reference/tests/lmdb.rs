@@ -440,3 +440,142 @@ fn dump_write_dump_is_byte_stable_for_every_fixture() {
     }
     assert!(stable >= 30, "only {stable} fixtures were written");
 }
+
+/// Every key is put in ascending order with `MDB_APPEND` (the `r`/`s`
+/// values kept aside until `finish`): leaf pages come out full, not half
+/// full as with puts that split pages in the middle. The keys themselves
+/// are the binding's, in its order, whatever order they were written in.
+#[test]
+fn keys_are_appended_in_order_and_leaf_pages_fill_up() {
+    let path = scratch("append-order");
+    write_json(
+        &path,
+        &water_collection(400),
+        WriterOptions {
+            overwrite: false,
+            // Many transactions: the order must hold across commits.
+            batch_bytes: 8192,
+        },
+    )
+    .unwrap();
+    let mut options = EnvOpenOptions::new();
+    // SAFETY: valid flags for a read-only open; nothing writes the file now.
+    unsafe { options.flags(EnvFlags::NO_SUB_DIR | EnvFlags::READ_ONLY) };
+    // SAFETY: no other Env of this path is open in the process now.
+    let env = unsafe { options.open(&path) }.unwrap();
+    let txn = env.read_txn().unwrap();
+    let db: Database<Bytes, Bytes> = env.open_database(&txn, None).unwrap().unwrap();
+    let mut prefixes = Vec::new();
+    let mut leaf_bytes = 0usize;
+    for item in db.iter(&txn).unwrap() {
+        let (k, v) = item.unwrap();
+        let prefix = if k.len() == 9 { &k[..1] } else { k };
+        if prefixes.last().map(Vec::as_slice) != Some(prefix) {
+            prefixes.push(prefix.to_vec());
+        }
+        // A leaf node: its slot, header, key and value, 2-byte aligned; a
+        // value too large for half a page (the index) lives on overflow
+        // pages, its node holds a page number instead.
+        let node = 8 + k.len() + v.len();
+        let node = if node > 2000 { 8 + k.len() + 8 } else { node };
+        leaf_bytes += 2 + node.next_multiple_of(2);
+    }
+    let names: Vec<&[u8]> = prefixes.iter().map(Vec::as_slice).collect();
+    assert_eq!(
+        names,
+        [&b"f"[..], b"index", b"meta", b"r", b"s"],
+        "every key of a prefix is contiguous, in key order"
+    );
+    let stat = db.stat(&txn).unwrap();
+    let leaf_space = stat.leaf_pages * stat.page_size as usize;
+    assert!(
+        // Appended: 5% over the nodes (page headers, the slack at the end
+        // of each page); in-order puts without MDB_APPEND give 11%, the
+        // interleaved puts of the writer before it 55%.
+        leaf_space < leaf_bytes + leaf_bytes / 16,
+        "{} leaf pages ({leaf_space} bytes) for {leaf_bytes} bytes of nodes: pages not filled",
+        stat.leaf_pages
+    );
+    drop(txn);
+    env.prepare_for_closing().wait();
+    let back = Reader::open(&path).unwrap().read_collection().unwrap();
+    assert_eq!(back.records.len(), 400);
+}
+
+/// The values kept aside until `finish` live in unnamed temporary files:
+/// nothing is left in the collection's directory, whether the writer
+/// finishes or is dropped.
+#[test]
+fn a_writer_leaves_no_file_but_the_collection_and_its_lock() {
+    let dir = scratch("spill-dir");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let listing = || {
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let c = collection_from_json(&water_collection(20)).unwrap();
+    let mut writer = Writer::create(
+        &dir.join("a.mrec.lmdb"),
+        c.header.clone(),
+        WriterOptions::default(),
+    )
+    .unwrap();
+    for r in c.records.clone() {
+        writer.append(r).unwrap();
+    }
+    assert_eq!(listing(), ["a.mrec.lmdb", "a.mrec.lmdb-lock"]);
+    drop(writer);
+    assert_eq!(listing(), ["a.mrec.lmdb", "a.mrec.lmdb-lock"]);
+    write_collection(&dir.join("b.mrec.lmdb"), c, WriterOptions::default()).unwrap();
+    assert_eq!(
+        listing(),
+        [
+            "a.mrec.lmdb",
+            "a.mrec.lmdb-lock",
+            "b.mrec.lmdb",
+            "b.mrec.lmdb-lock"
+        ]
+    );
+    assert_eq!(
+        Reader::open(&dir.join("b.mrec.lmdb"))
+            .unwrap()
+            .read_collection()
+            .unwrap()
+            .records
+            .len(),
+        20
+    );
+}
+
+/// A record whose frames disagree on a column's dtype, in a collection
+/// without a declaration: refused while its declaration is derived, at the
+/// frame and column where it happens (the path is formatted only then).
+#[test]
+fn a_derived_declaration_refuses_at_the_frame_and_column() {
+    let q = |dtype: &str, v: Value| json!({"dtype": dtype, "shape": [1], "values": [v]});
+    let c = json!({
+        "meta": {"units": {"length": "angstrom"}},
+        "records": [
+            {"trajectory": {"frames": [
+                {"step": 0, "blocks": {"atoms": {"count": 1, "columns": {"q": q("f64", json!(0.5))}}}}
+            ]}},
+            {"trajectory": {"frames": [
+                {"step": 0, "blocks": {"atoms": {"count": 1, "columns": {"q": q("f64", json!(0.5))}}}},
+                {"step": 1, "blocks": {"atoms": {"count": 1, "columns": {"q": q("i64", json!(1))}}}}
+            ]}}
+        ]
+    });
+    let path = scratch("derived-refusal");
+    match write_json(&path, &c, WriterOptions::default()) {
+        Err(Error::Refused { clause, at, .. }) => {
+            assert_eq!(clause, Clause::BlockColumnSetStable);
+            assert_eq!(at, "records[1].trajectory.frames[1].blocks.atoms.columns.q");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}

@@ -1,24 +1,39 @@
 //! The streaming writer: records appended one at a time, `meta` last.
 //!
-//! Commit protocol: encoded keys and values are buffered up to
-//! `WriterOptions::batch_bytes` and written in one transaction per batch;
-//! the last transaction writes the `index` and then `meta`. A file whose
-//! writer died before that last commit has no `meta` key, and every reader
-//! refuses it as uncommitted. Memory holds one batch and four small numbers
-//! per record (for the index), never the records themselves.
+//! Key order: every value is put in ascending key order with `MDB_APPEND`,
+//! so LMDB fills its leaf pages instead of splitting them in the middle
+//! (which left them about half full). The global order is
+//! `f`+j (frames) < `ff` < `index` < `meta` < `r`+r < `s`+r. Frames arrive
+//! in that order and go straight into the batch; a record's `r` (meta
+//! document) and `s` (system) values sort after every frame, so `append`
+//! spills them to two unnamed temporary files beside the collection (a few
+//! hundred bytes to a few KiB per record: memory stays flat in the number
+//! of records) and `finish` streams them back, all `r` then all `s`. The
+//! force field, known at `create`, is held until the frames are written.
+//!
+//! Commit protocol: encoded values are buffered up to
+//! `WriterOptions::batch_bytes` and written in one transaction per batch:
+//! the frames while records are appended, then at `finish` the force field,
+//! `index`, every `r` and every `s`. The file is synced, and the last
+//! transaction writes `meta` alone (a plain put: `meta` sorts before `r`).
+//! A file whose writer died before that last commit has no `meta` key, and
+//! every reader refuses it as uncommitted. Memory holds one batch, two file
+//! buffers and four small numbers per record (for the index), never the
+//! records themselves.
 
 use super::{
     frame_key, lmdb_error, record_key, system_key, Db, FF_KEY, INDEX_KEY, LAYOUT, LAYOUT_VERSION,
     META_KEY,
 };
 use crate::error::{Error, Result};
-use crate::frame_bytes::{encode, FrameInfo};
+use crate::frame_bytes::{encode, encode_append, FrameInfo};
 use crate::model::*;
 use crate::validate;
-use heed::{Env, EnvFlags, EnvOpenOptions, MdbError, WithoutTls};
+use heed::{Env, EnvFlags, EnvOpenOptions, MdbError, PutFlags, WithoutTls};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 /// How a writer behaves.
@@ -41,22 +56,201 @@ impl Default for WriterOptions {
 
 /// Writes one collection file, record after record.
 pub struct Writer {
-    env: Option<Env<WithoutTls>>,
-    db: Db,
+    sink: Sink,
     path: PathBuf,
     // Held for the writer's life: a second writer's `try_lock` fails.
     _lock: File,
-    options: WriterOptions,
     meta: Document,
     given_schema: Option<SequenceSchema>,
     derived_schema: validate::DerivedSchema,
-    batch: Vec<(Vec<u8>, Vec<u8>)>,
-    batch_size: usize,
+    /// The force field's value: its key `ff` sorts after every frame key.
+    forcefield: Option<Vec<u8>>,
+    /// Record meta documents (`r` keys), written at `finish`.
+    record_spill: Spill,
+    /// System frames (`s` keys), written at `finish`.
+    system_spill: Spill,
     n_frames: Vec<u64>,
     n_atoms: Vec<u64>,
     has_trajectory: Vec<bool>,
     total_frames: u64,
     scratch: Vec<u8>,
+}
+
+/// The database side of the writer: the batch and its commits.
+struct Sink {
+    env: Env<WithoutTls>,
+    db: Db,
+    batch: Batch,
+    batch_bytes: usize,
+    /// The greatest key in the database: a put past it appends.
+    last_key: Vec<u8>,
+}
+
+/// Buffered keys and values, one contiguous buffer of values (a frame is
+/// encoded straight into it) and their keys with the end of each value.
+#[derive(Default)]
+struct Batch {
+    data: Vec<u8>,
+    entries: Vec<Entry>,
+}
+
+struct Entry {
+    key: [u8; 9],
+    key_len: u8,
+    end: usize,
+}
+
+impl Batch {
+    /// Records that `data[previous end..]` is the value of `key`.
+    fn close(&mut self, key: &[u8]) {
+        let mut k = [0u8; 9];
+        k[..key.len()].copy_from_slice(key);
+        self.entries.push(Entry {
+            key: k,
+            key_len: key.len() as u8,
+            end: self.data.len(),
+        });
+    }
+
+    /// Keys and values in the order they were buffered.
+    fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let mut start = 0;
+        self.entries.iter().map(move |e| {
+            let value = &self.data[start..e.end];
+            start = e.end;
+            (&e.key[..e.key_len as usize], value)
+        })
+    }
+
+    fn clear(&mut self) {
+        self.data.clear();
+        self.entries.clear();
+    }
+}
+
+impl Sink {
+    /// Ends the value buffered since the previous one under `key`, and
+    /// commits the batch when it is full.
+    fn closed(&mut self, key: &[u8]) -> Result<()> {
+        self.batch.close(key);
+        if self.batch.data.len() >= self.batch_bytes {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Buffers one value (copied) and commits the batch when it is full.
+    fn push(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.batch.data.extend_from_slice(value);
+        self.closed(key)
+    }
+
+    /// Streams spilled values back into batches under `key(r)`, in record order.
+    fn drain(&mut self, spill: Spill, key: fn(u64) -> [u8; 9]) -> Result<()> {
+        let mut reader = spill.into_reader()?;
+        while let Some((r, len)) = next_spilled(&mut reader)? {
+            let at = self.batch.data.len();
+            self.batch.data.resize(at + len, 0);
+            reader.read_exact(&mut self.batch.data[at..])?;
+            self.closed(&key(r))?;
+        }
+        Ok(())
+    }
+
+    /// Writes the buffered batch in one transaction, growing the map on
+    /// `MDB_MAP_FULL`. A key past every key in the database is appended
+    /// (`MDB_APPEND`: no search, and a full leaf page is left full rather
+    /// than split in half); any other key is put normally.
+    fn flush(&mut self) -> Result<()> {
+        if self.batch.entries.is_empty() {
+            return Ok(());
+        }
+        let env = &self.env;
+        loop {
+            let mut last = self.last_key.clone();
+            let attempt = (|| -> heed::Result<()> {
+                let mut txn = env.write_txn()?;
+                for (k, v) in self.batch.iter() {
+                    if k > last.as_slice() {
+                        self.db.put_with_flags(&mut txn, PutFlags::APPEND, k, v)?;
+                        last.clear();
+                        last.extend_from_slice(k);
+                    } else {
+                        self.db.put(&mut txn, k, v)?;
+                    }
+                }
+                txn.commit()
+            })();
+            match attempt {
+                Ok(()) => {
+                    self.last_key = last;
+                    break;
+                }
+                Err(heed::Error::Mdb(MdbError::MapFull)) => {
+                    let grown = env
+                        .info()
+                        .map_size
+                        .saturating_mul(2)
+                        .max(self.batch.data.len().saturating_mul(4));
+                    let page = 1 << 20;
+                    // SAFETY: the failed transaction was dropped (aborted);
+                    // this Env is private to the writer, so no transaction is active.
+                    unsafe { env.resize(grown.div_ceil(page) * page) }.map_err(lmdb_error)?;
+                }
+                Err(e) => return Err(lmdb_error(e)),
+            }
+        }
+        self.batch.clear();
+        Ok(())
+    }
+}
+
+/// Values kept aside until `finish`, in an unnamed temporary file (gone
+/// with the writer, even a killed one): each is `u64 LE record | u64 LE
+/// length | bytes`, in record order.
+struct Spill {
+    file: BufWriter<File>,
+}
+
+impl Spill {
+    /// A new spill file in `dir` (the collection's directory: the same file
+    /// system, not a possibly memory-backed `/tmp`).
+    fn new(dir: &Path) -> Result<Spill> {
+        Ok(Spill {
+            file: BufWriter::with_capacity(1 << 16, tempfile::tempfile_in(dir)?),
+        })
+    }
+
+    fn push(&mut self, r: u64, value: &[u8]) -> Result<()> {
+        self.file.write_all(&r.to_le_bytes())?;
+        self.file.write_all(&(value.len() as u64).to_le_bytes())?;
+        self.file.write_all(value)?;
+        Ok(())
+    }
+
+    /// The spilled values from the first, for reading back.
+    fn into_reader(self) -> Result<BufReader<File>> {
+        let mut file = self
+            .file
+            .into_inner()
+            .map_err(|e| Error::Io(e.into_error()))?;
+        file.seek(SeekFrom::Start(0))?;
+        Ok(BufReader::with_capacity(1 << 16, file))
+    }
+}
+
+/// The next spilled value: its record number and length, or `None` at the end.
+fn next_spilled(reader: &mut BufReader<File>) -> Result<Option<(u64, usize)>> {
+    let mut head = [0u8; 16];
+    match reader.read_exact(&mut head) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let r = u64::from_le_bytes(head[..8].try_into().expect("8 bytes"));
+    let len = u64::from_le_bytes(head[8..].try_into().expect("8 bytes"));
+    let len = usize::try_from(len).map_err(|_| Error::Lmdb("spill file: bad length".into()))?;
+    Ok(Some((r, len)))
 }
 
 impl Writer {
@@ -71,6 +265,12 @@ impl Writer {
             validate::prepare_forcefield(ff)?;
         }
         let lock = claim(path, options.overwrite)?;
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let record_spill = Spill::new(dir)?;
+        let system_spill = Spill::new(dir)?;
         let mut env_options = EnvOpenOptions::new().read_txn_without_tls();
         env_options.map_size(64 << 20).max_dbs(0);
         // SAFETY: NO_SUB_DIR and NO_SYNC are valid flags for a writable env.
@@ -84,16 +284,21 @@ impl Writer {
         let db: Db = env.create_database(&mut txn, None).map_err(lmdb_error)?;
         txn.commit().map_err(lmdb_error)?;
         let mut writer = Writer {
-            env: Some(env),
-            db,
+            sink: Sink {
+                env,
+                db,
+                batch: Batch::default(),
+                batch_bytes: options.batch_bytes,
+                last_key: Vec::new(),
+            },
             path: path.to_path_buf(),
             _lock: lock,
-            options,
             meta: header.meta,
             given_schema: header.sequence_schema,
             derived_schema: validate::DerivedSchema::default(),
-            batch: Vec::new(),
-            batch_size: 0,
+            forcefield: None,
+            record_spill,
+            system_spill,
             n_frames: Vec::new(),
             n_atoms: Vec::new(),
             has_trajectory: Vec::new(),
@@ -105,9 +310,9 @@ impl Writer {
                 meta: ff.document,
                 ..FrameInfo::default()
             };
-            encode(&ff.tables, &info, false, &mut writer.scratch);
-            let value = std::mem::take(&mut writer.scratch);
-            writer.push(FF_KEY.to_vec(), value)?;
+            let mut value = Vec::new();
+            encode(&ff.tables, &info, false, &mut value);
+            writer.forcefield = Some(value);
         }
         Ok(writer)
     }
@@ -146,8 +351,10 @@ impl Writer {
 
     fn encode_record(&mut self, r: u64, record: Record) -> Result<()> {
         if !record.meta.is_empty() {
-            let value = serde_json::to_vec(&record.meta).map_err(|e| Error::Lmdb(e.to_string()))?;
-            self.push(record_key(r).to_vec(), value)?;
+            self.scratch.clear();
+            serde_json::to_writer(&mut self.scratch, &record.meta)
+                .map_err(|e| Error::Lmdb(e.to_string()))?;
+            self.record_spill.push(r, &self.scratch)?;
         }
         let mut n_atoms = None;
         if let Some(system) = record.system {
@@ -159,8 +366,7 @@ impl Writer {
                 ..FrameInfo::default()
             };
             encode(&system.blocks, &info, true, &mut self.scratch);
-            let value = std::mem::take(&mut self.scratch);
-            self.push(system_key(r).to_vec(), value)?;
+            self.system_spill.push(r, &self.scratch)?;
         }
         let mut frames = 0u64;
         let has_trajectory = record.trajectory.is_some();
@@ -169,18 +375,10 @@ impl Writer {
             // first frame restates every block it presents.
             let mut current: BTreeMap<String, Block> = BTreeMap::new();
             let mut current_cell: Option<Cell> = None;
+            let mut changed: Vec<bool> = Vec::new();
             for step in traj.frames {
-                // Only blocks that differ bit for bit from what carries
-                // forward are written; they then become what carries forward.
-                let mut changed = BTreeMap::new();
-                for (name, block) in step.blocks {
-                    if n_atoms.is_none() && name == "atoms" {
-                        n_atoms = Some(block.count);
-                    }
-                    if current.get(&name).is_some_and(|c| c.same_bits(&block)) {
-                        continue;
-                    }
-                    changed.insert(name, block);
+                if n_atoms.is_none() {
+                    n_atoms = step.blocks.get("atoms").map(|b| b.count);
                 }
                 let cell = match step.cell {
                     Some(cell) if current_cell.is_none_or(|c| !c.same_bits(&cell)) => {
@@ -196,11 +394,37 @@ impl Writer {
                     time: step.time,
                     cell,
                 };
-                encode(&changed, &info, false, &mut self.scratch);
-                current.extend(changed);
-                let value = std::mem::take(&mut self.scratch);
+                // Only blocks that differ bit for bit from what carries
+                // forward are written (compared in place, nothing cloned);
+                // they then become what carries forward.
+                changed.clear();
+                changed.extend(
+                    step.blocks
+                        .iter()
+                        .map(|(name, block)| current.get(name).is_none_or(|c| !c.same_bits(block))),
+                );
                 let j = self.total_frames + frames;
-                self.push(frame_key(j).to_vec(), value)?;
+                encode_append(
+                    step.blocks
+                        .iter()
+                        .zip(&changed)
+                        .filter(|(_, &c)| c)
+                        .map(|((name, block), _)| (name.as_str(), block)),
+                    &info,
+                    false,
+                    &mut self.sink.batch.data,
+                );
+                for ((name, block), &c) in step.blocks.into_iter().zip(&changed) {
+                    if c {
+                        match current.get_mut(&name) {
+                            Some(slot) => *slot = block,
+                            None => {
+                                current.insert(name, block);
+                            }
+                        }
+                    }
+                }
+                self.sink.closed(&frame_key(j))?;
                 frames += 1;
             }
         }
@@ -211,53 +435,9 @@ impl Writer {
         Ok(())
     }
 
-    fn push(&mut self, key: Vec<u8>, value: Vec<u8>) -> Result<()> {
-        self.batch_size += key.len() + value.len();
-        self.batch.push((key, value));
-        if self.batch_size >= self.options.batch_bytes {
-            self.flush()?;
-        }
-        Ok(())
-    }
-
-    /// Writes the buffered batch in one transaction, growing the map on `MDB_MAP_FULL`.
-    fn flush(&mut self) -> Result<()> {
-        let env = self
-            .env
-            .as_ref()
-            .ok_or_else(|| Error::Lmdb("writer already closed".into()))?;
-        self.batch.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        loop {
-            let attempt = (|| -> heed::Result<()> {
-                let mut txn = env.write_txn()?;
-                for (k, v) in &self.batch {
-                    self.db.put(&mut txn, k, v)?;
-                }
-                txn.commit()
-            })();
-            match attempt {
-                Ok(()) => break,
-                Err(heed::Error::Mdb(MdbError::MapFull)) => {
-                    let grown = env
-                        .info()
-                        .map_size
-                        .saturating_mul(2)
-                        .max(self.batch_size.saturating_mul(4));
-                    let page = 1 << 20;
-                    // SAFETY: the failed transaction was dropped (aborted);
-                    // this Env is private to the writer, so no transaction is active.
-                    unsafe { env.resize(grown.div_ceil(page) * page) }.map_err(lmdb_error)?;
-                }
-                Err(e) => return Err(lmdb_error(e)),
-            }
-        }
-        self.batch.clear();
-        self.batch_size = 0;
-        Ok(())
-    }
-
-    /// Writes the index (the binding's four columns and the collection's own
-    /// `index` columns) and `meta`, commits, and syncs the file.
+    /// Writes the force field, the index (the binding's four columns and
+    /// the collection's own `index` columns) and the spilled `r` and `s`
+    /// values, syncs, then writes `meta` in the last transaction and syncs.
     pub fn finish(mut self, mut index: BTreeMap<String, Column>) -> Result<()> {
         let n = self.records();
         validate::prepare_index(&mut index, n)?;
@@ -288,21 +468,22 @@ impl Writer {
             columns: index,
             ..Block::default()
         };
+        // In key order after the frames: `ff`, `index`, every `r`, every `s`.
+        if let Some(ff) = self.forcefield.take() {
+            self.sink.push(FF_KEY, &ff)?;
+        }
         encode(
             &BTreeMap::from([("records".to_string(), block)]),
             &FrameInfo::default(),
             true,
             &mut self.scratch,
         );
-        let value = std::mem::take(&mut self.scratch);
-        self.push(INDEX_KEY.to_vec(), value)?;
-        self.flush()?;
-        let env = self
-            .env
-            .take()
-            .ok_or_else(|| Error::Lmdb("writer already closed".into()))?;
+        self.sink.push(INDEX_KEY, &self.scratch)?;
+        self.sink.drain(self.record_spill, record_key)?;
+        self.sink.drain(self.system_spill, system_key)?;
+        self.sink.flush()?;
         // Every record is on disk before `meta` says the collection exists.
-        env.force_sync().map_err(lmdb_error)?;
+        self.sink.env.force_sync().map_err(lmdb_error)?;
         let schema = self
             .given_schema
             .take()
@@ -316,15 +497,10 @@ impl Writer {
             "n_frames": self.total_frames,
         });
         let value = serde_json::to_vec(&meta).map_err(|e| Error::Lmdb(e.to_string()))?;
-        self.env = Some(env);
-        self.push(META_KEY.to_vec(), value)?;
-        self.flush()?;
-        let env = self
-            .env
-            .take()
-            .ok_or_else(|| Error::Lmdb("writer already closed".into()))?;
-        env.force_sync().map_err(lmdb_error)?;
-        env.prepare_for_closing().wait();
+        self.sink.push(META_KEY, &value)?;
+        self.sink.flush()?;
+        self.sink.env.force_sync().map_err(lmdb_error)?;
+        self.sink.env.prepare_for_closing().wait();
         Ok(())
     }
 
@@ -333,7 +509,6 @@ impl Writer {
         &self.path
     }
 }
-
 /// Takes the writer's exclusive lock on `path`, creating the file.
 fn claim(path: &Path, overwrite: bool) -> Result<File> {
     let file = std::fs::OpenOptions::new()
@@ -380,4 +555,45 @@ pub fn write_collection(path: &Path, collection: Collection, options: WriterOpti
         writer.append(record)?;
     }
     writer.finish(index)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The writer encodes frames straight into its batch, after other
+    /// values: padding counts from the value's start, so each value is
+    /// what `encode` writes on its own.
+    #[test]
+    fn a_frame_encoded_after_other_values_is_the_frame_encode_writes() {
+        let mut block = Block {
+            count: 3,
+            ..Block::default()
+        };
+        block.columns.insert(
+            "flag".into(),
+            Column::new(vec![3], ColumnData::Bool(vec![true, false, true])),
+        );
+        block.columns.insert(
+            "x".into(),
+            Column {
+                validity: Some(vec![true, false, true]),
+                ..Column::new(vec![3], ColumnData::F64(vec![0.5, -0.0, 2.0]))
+            },
+        );
+        let blocks = BTreeMap::from([("atoms".to_string(), block)]);
+        let info = FrameInfo {
+            step: Some(7),
+            ..FrameInfo::default()
+        };
+        let mut alone = Vec::new();
+        encode(&blocks, &info, false, &mut alone);
+        for prefix in 0..17 {
+            let mut batch = vec![0xAB; prefix];
+            let iter = blocks.iter().map(|(n, b)| (n.as_str(), b));
+            encode_append(iter, &info, false, &mut batch);
+            assert!(batch[..prefix].iter().all(|&b| b == 0xAB));
+            assert_eq!(&batch[prefix..], &alone[..], "after {prefix} bytes");
+        }
+    }
 }

@@ -1,0 +1,61 @@
+//! A profiling driver for the streaming writer: generates the benchmark's
+//! workload in memory first, then times only `Writer::append` and `finish`,
+//! so that `perf record` sees the writer and nothing else of `mrec bench`.
+//!
+//! ```text
+//! cargo build --release --example write_profile
+//! perf record --call-graph dwarf target/release/examples/write_profile 500 /tmp/p.mrec.lmdb
+//! target/release/examples/write_profile RECORDS PATH BATCH_BYTES
+//! ```
+
+use molrec::bench::{workload_header, workload_record};
+use molrec::lmdb::{Writer, WriterOptions};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let n: u64 = args.next().map_or(Ok(2000), |a| a.parse())?;
+    let path = args.next().map_or_else(
+        || std::env::temp_dir().join("write_profile.mrec.lmdb"),
+        Into::into,
+    );
+    // A fresh file, as `mrec bench` writes: truncating an old one costs time.
+    let _ = std::fs::remove_file(&path);
+    let seed = 1;
+    // Generated up front: the timed loop below is the writer alone.
+    let records: Vec<_> = (0..n).map(|r| workload_record(seed, r)).collect();
+    let (t, cpu) = (Instant::now(), cpu_secs());
+    let mut options = WriterOptions::default();
+    if let Some(bytes) = args.next() {
+        options.batch_bytes = bytes.parse()?;
+    }
+    let mut writer = Writer::create(&path, workload_header(seed, n), options)?;
+    for record in records {
+        writer.append(record)?;
+    }
+    let frames = writer.frames();
+    let appended = t.elapsed().as_secs_f64();
+    writer.finish(BTreeMap::new())?;
+    let secs = t.elapsed().as_secs_f64();
+    let cpu = cpu_secs() - cpu;
+    let size = std::fs::metadata(&path)?.len();
+    println!(
+        "{n} records, {frames} frames: append {appended:.3} s, total {secs:.3} s \
+         (cpu {cpu:.3} s), {:.0} frames/s, file {size} bytes",
+        frames as f64 / secs
+    );
+    Ok(())
+}
+
+/// CPU seconds (user + system) of this process so far.
+fn cpu_secs() -> f64 {
+    // SAFETY: getrusage writes one `rusage` into the zeroed value we own.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
