@@ -306,11 +306,8 @@ fn write_header<'a>(
         next = at.saturating_add(len.saturating_add(7) & !7);
         at
     };
-    out.extend_from_slice(b"{\"blocks\":{");
-    for (i, (name, block)) in blocks.enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
+    out.extend_from_slice(b"{\"blocks\":");
+    json_list(out, b'{', b'}', blocks, |out, (name, block)| {
         json_str(out, name);
         out.extend_from_slice(b":{\"count\":");
         json_u64(out, block.count);
@@ -319,11 +316,8 @@ fn write_header<'a>(
             Some(shape) => json_u64s(out, shape),
             None => out.extend_from_slice(b"null"),
         }
-        out.extend_from_slice(b",\"columns\":{");
-        for (j, (col, column)) in block.columns.iter().enumerate() {
-            if j > 0 {
-                out.push(b',');
-            }
+        out.extend_from_slice(b",\"columns\":");
+        json_list(out, b'{', b'}', &block.columns, |out, (col, column)| {
             json_str(out, col);
             out.extend_from_slice(b":{\"dtype\":");
             json_str(out, column.dtype().name());
@@ -331,14 +325,8 @@ fn write_header<'a>(
             json_u64s(out, &column.shape);
             match &column.data {
                 ColumnData::String(values) => {
-                    out.extend_from_slice(b",\"values\":[");
-                    for (k, v) in values.iter().enumerate() {
-                        if k > 0 {
-                            out.push(b',');
-                        }
-                        json_str(out, v);
-                    }
-                    out.push(b']');
+                    out.extend_from_slice(b",\"values\":");
+                    json_list(out, b'[', b']', values, |out, v| json_str(out, v));
                 }
                 data => {
                     out.extend_from_slice(b",\"offset\":");
@@ -354,39 +342,30 @@ fn write_header<'a>(
                 json_f64(out, p);
             }
             out.push(b'}');
-        }
-        out.push(b'}');
+        });
         if !block.targets.is_empty() {
-            out.extend_from_slice(b",\"targets\":{");
-            for (k, (col, target)) in block.targets.iter().enumerate() {
-                if k > 0 {
-                    out.push(b',');
-                }
+            out.extend_from_slice(b",\"targets\":");
+            json_list(out, b'{', b'}', &block.targets, |out, (col, target)| {
                 json_str(out, col);
                 out.push(b':');
                 json_str(out, target);
-            }
-            out.push(b'}');
+            });
         }
         if !block.attributes.is_empty() {
             out.extend_from_slice(b",\"attributes\":");
             json_object(out, &block.attributes);
         }
         out.push(b'}');
-    }
-    out.extend_from_slice(b"},\"meta\":");
+    });
+    out.extend_from_slice(b",\"meta\":");
     json_object(out, &info.meta);
     if let Some(tags) = &info.meta_types {
-        out.extend_from_slice(b",\"meta_types\":{");
-        for (k, (key, tag)) in tags.iter().enumerate() {
-            if k > 0 {
-                out.push(b',');
-            }
+        out.extend_from_slice(b",\"meta_types\":");
+        json_list(out, b'{', b'}', tags, |out, (key, tag)| {
             json_str(out, key);
             out.push(b':');
             json_str(out, tag.name());
-        }
-        out.push(b'}');
+        });
     }
     if let Some(step) = info.step {
         out.extend_from_slice(b",\"step\":");
@@ -402,6 +381,25 @@ fn write_header<'a>(
     }
     out.push(b'}');
     next
+}
+
+/// `open`, the items written by `each` separated by commas, `close`.
+#[inline]
+fn json_list<T>(
+    out: &mut Vec<u8>,
+    open: u8,
+    close: u8,
+    items: impl IntoIterator<Item = T>,
+    mut each: impl FnMut(&mut Vec<u8>, T),
+) {
+    out.push(open);
+    for (i, item) in items.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        each(out, item);
+    }
+    out.push(close);
 }
 
 /// A JSON string as `serde_json` escapes it: `"`, `\` and the control
@@ -445,14 +443,7 @@ fn json_u64(out: &mut Vec<u8>, v: u64) {
 }
 
 fn json_u64s(out: &mut Vec<u8>, values: &[u64]) {
-    out.push(b'[');
-    for (i, &v) in values.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        json_u64(out, v);
-    }
-    out.push(b']');
+    json_list(out, b'[', b']', values, |out, &v| json_u64(out, v));
 }
 
 /// An f64 as `serde_json` serializes one: through its own float formatter
@@ -495,14 +486,7 @@ fn json_box(out: &mut Vec<u8>, cell: &Cell) {
         (Cell::IDENTITY, [false; 3])
     };
     let triple = |out: &mut Vec<u8>, v: &[f64]| {
-        out.push(b'[');
-        for (i, &x) in v.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            typed_f64(out, x);
-        }
-        out.push(b']');
+        json_list(out, b'[', b']', v, |out, &x| typed_f64(out, x));
     };
     let flag = |b: bool| -> &'static [u8] {
         if b {
@@ -511,39 +495,26 @@ fn json_box(out: &mut Vec<u8>, cell: &Cell) {
             b"false"
         }
     };
-    out.extend_from_slice(b"{\"vectors\":[");
-    for (i, row) in vectors.chunks_exact(3).enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        triple(out, row);
-    }
-    out.extend_from_slice(b"],\"origin\":");
+    out.extend_from_slice(b"{\"vectors\":");
+    json_list(out, b'[', b']', vectors.chunks_exact(3), triple);
+    out.extend_from_slice(b",\"origin\":");
     triple(out, &cell.origin);
-    out.extend_from_slice(b",\"boundary\":[");
-    for (i, &b) in boundary.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(flag(b));
-    }
-    out.extend_from_slice(b"],\"cell_defined\":");
+    out.extend_from_slice(b",\"boundary\":");
+    json_list(out, b'[', b']', boundary, |out, b| {
+        out.extend_from_slice(flag(b))
+    });
+    out.extend_from_slice(b",\"cell_defined\":");
     out.extend_from_slice(flag(cell.defined));
     out.push(b'}');
 }
 
 /// A JSON object of free-form values (meta, attributes), in the map's order.
 fn json_object(out: &mut Vec<u8>, map: &serde_json::Map<String, Value>) {
-    out.push(b'{');
-    for (i, (key, value)) in map.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
+    json_list(out, b'{', b'}', map, |out, (key, value)| {
         json_str(out, key);
         out.push(b':');
         json_value(out, value);
-    }
-    out.push(b'}');
+    });
 }
 
 /// A free-form JSON value as `serde_json` writes it; numbers go through
@@ -558,16 +529,7 @@ fn json_value(out: &mut Vec<u8>, value: &Value) {
             serde_json::to_writer(&mut *out, n).expect("writing to a Vec cannot fail")
         }
         Value::String(s) => json_str(out, s),
-        Value::Array(items) => {
-            out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                json_value(out, item);
-            }
-            out.push(b']');
-        }
+        Value::Array(items) => json_list(out, b'[', b']', items, json_value),
         Value::Object(map) => json_object(out, map),
     }
 }
@@ -1621,6 +1583,18 @@ fn decode_fast_header<'a>(
     text: &str,
     payload_start: usize,
 ) -> Option<FrameRef<'a>> {
+    scan_header(value, text, payload_start, false, None)
+}
+
+/// The fast scanner over `text`, either a whole header or (`after_blocks`)
+/// what follows known blocks; see [`Scan::header`].
+fn scan_header<'a>(
+    value: &'a [u8],
+    text: &str,
+    payload_start: usize,
+    after_blocks: bool,
+    recycled: Option<Document>,
+) -> Option<FrameRef<'a>> {
     let ctx = Ctx {
         value,
         payload_start,
@@ -1631,7 +1605,7 @@ fn decode_fast_header<'a>(
         bytes: text.as_bytes(),
         at: 0,
     };
-    let raw = scan.header(&ctx, false, None)?;
+    let raw = scan.header(&ctx, after_blocks, recycled)?;
     // `de.end()`: only whitespace after the header object.
     if scan.peek().is_some() {
         return None;
@@ -1777,36 +1751,29 @@ impl<'t> Scan<'t> {
 
     /// An array of strings without escapes (a string column's `values`).
     fn plain_str_array(&mut self) -> Option<Vec<String>> {
-        self.eat(b'[')?;
-        let mut out = Vec::new();
-        if self.peek()? == b']' {
-            self.at += 1;
-            return Some(out);
-        }
-        loop {
-            out.push(self.plain_str()?.to_owned());
-            match self.peek()? {
-                b',' => self.at += 1,
-                b']' => {
-                    self.at += 1;
-                    return Some(out);
-                }
-                _ => return None,
-            }
-        }
+        self.array(Vec::new(), |s| s.plain_str().map(str::to_owned))
     }
 
     /// An array of `u64`s.
     fn u64_array(&mut self) -> Option<Vec<u64>> {
-        self.eat(b'[')?;
         // Shapes have one to three axes: one allocation, no growth.
-        let mut out = Vec::with_capacity(4);
+        self.array(Vec::with_capacity(4), Self::u64)
+    }
+
+    /// An array whose items `item` reads, appended to `out`.
+    #[inline]
+    fn array<T>(
+        &mut self,
+        mut out: Vec<T>,
+        mut item: impl FnMut(&mut Self) -> Option<T>,
+    ) -> Option<Vec<T>> {
+        self.eat(b'[')?;
         if self.peek()? == b']' {
             self.at += 1;
             return Some(out);
         }
         loop {
-            out.push(self.u64()?);
+            out.push(item(self)?);
             match self.peek()? {
                 b',' => self.at += 1,
                 b']' => {
@@ -2083,7 +2050,13 @@ impl<'t> Scan<'t> {
     /// caller then hands the whole document to `serde_json`). A repeated key
     /// keeps its last value, as `serde_json`'s map does.
     fn simple_doc(&mut self) -> Option<Document> {
-        self.simple_doc_from(Document::new())
+        let mut doc = Document::new();
+        self.object(|s, key| {
+            let v = s.simple_value()?;
+            doc.insert(key.to_owned(), v);
+            Some(())
+        })?;
+        Some(doc)
     }
 
     /// [`Scan::simple_doc`] into `doc`'s map when the object's keys are
@@ -2097,10 +2070,7 @@ impl<'t> Scan<'t> {
             if known != key {
                 return None;
             }
-            *slot = match s.peek()? {
-                b'"' => Value::String(s.plain_str()?.to_owned()),
-                _ => s.number()?,
-            };
+            *slot = s.simple_value()?;
             Some(())
         })?;
         if slots.next().is_some() {
@@ -2109,17 +2079,12 @@ impl<'t> Scan<'t> {
         Some(doc)
     }
 
-    /// [`Scan::simple_doc`] adding to `doc`.
-    fn simple_doc_from(&mut self, mut doc: Document) -> Option<Document> {
-        self.object(|s, key| {
-            let v = match s.peek()? {
-                b'"' => Value::String(s.plain_str()?.to_owned()),
-                _ => s.number()?,
-            };
-            doc.insert(key.to_owned(), v);
-            Some(())
-        })?;
-        Some(doc)
+    /// A simple document's value: a plain string or a number.
+    fn simple_value(&mut self) -> Option<Value> {
+        match self.peek()? {
+            b'"' => Some(Value::String(self.plain_str()?.to_owned())),
+            _ => self.number(),
+        }
     }
 
     /// A JSON number as `serde_json` reads it into a `Value`: an integer as
@@ -2305,21 +2270,8 @@ pub fn decode_update<'a>(value: &'a [u8], memo: &mut BlocksMemo) -> Result<Updat
             .and_then(|h| h.strip_prefix(memo.text.as_slice()))
             .and_then(|rest| std::str::from_utf8(rest).ok());
         if let Some(rest) = rest {
-            let ctx = Ctx {
-                value,
-                payload_start,
-                stash: std::cell::Cell::new(None),
-            };
-            let mut scan = Scan {
-                text: rest,
-                bytes: rest.as_bytes(),
-                at: 0,
-            };
-            let frame = scan
-                .header(&ctx, true, Some(std::mem::take(&mut memo.recycled)))
-                .filter(|_| scan.peek().is_none())
-                .and_then(|raw| finish(raw).ok());
-            if let Some(frame) = frame {
+            let recycled = Some(std::mem::take(&mut memo.recycled));
+            if let Some(frame) = scan_header(value, rest, payload_start, true, recycled) {
                 return Ok(Update::SameBlocks {
                     payload,
                     info: frame.info,

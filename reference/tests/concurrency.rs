@@ -11,10 +11,13 @@
 //!   cannot be created; the reader falls back to `NO_LOCK`
 //!   (`Reader::is_lock_free`) and reads the whole collection.
 
+mod common;
+
+use common::{collection_json, Rng};
 use molrec::lmdb::{write_collection, Reader, Writer, WriterOptions, MAX_READERS};
 use molrec::model_json::{collection_from_json, collection_to_json, record_to_json};
 use molrec::{Clause, Error};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -33,42 +36,6 @@ fn scratch_dir(what: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-}
-
-/// `records` records: a 3-atom system, `frames` small trajectory frames each.
-fn collection_json(records: usize, frames: usize, shift: f64) -> Value {
-    let recs: Vec<Value> = (0..records)
-        .map(|r| {
-            let s = shift + r as f64 * 1e-4;
-            let frames: Vec<Value> = (0..frames)
-                .map(|k| {
-                    let x = [s, 0.96 + k as f64 * 0.01, -0.24];
-                    json!({"step": k, "meta": {"pe": -76.0 - k as f64 * 0.1},
-                        "blocks": {"atoms": {"count": 3, "columns": {
-                            "x": {"dtype": "f64", "shape": [3], "values": x}}}}})
-                })
-                .collect();
-            json!({
-                "meta": {"n": r},
-                "system": {"blocks": {"atoms": {"count": 3, "columns": {
-                    "element": {"dtype": "string", "shape": [3], "values": ["O", "H", "H"]}}}}},
-                "trajectory": {"frames": frames}
-            })
-        })
-        .collect();
-    json!({"meta": {"units": {"length": "angstrom", "energy": "kcal/mol"}}, "records": recs})
 }
 
 fn spawn_write(model: &Path, out: &Path, extra: &[&str]) -> Child {

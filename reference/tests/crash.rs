@@ -10,10 +10,13 @@
 //! process: a truncated download is opened by `mrec validate` in a child
 //! process, which must exit with a refusal rather than die of a signal.
 
+mod common;
+
+use common::{collection_json, Rng};
 use molrec::lmdb::{Reader, MAX_READERS};
 use molrec::model_json::{collection_from_json, collection_to_json};
 use molrec::Error;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -37,45 +40,6 @@ fn lock_path(path: &Path) -> PathBuf {
     let mut s = path.as_os_str().to_owned();
     s.push("-lock");
     PathBuf::from(s)
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
-/// `records` records: a 3-atom system, `frames` small trajectory frames each.
-fn collection_json(records: usize, frames: usize) -> Value {
-    let recs: Vec<Value> = (0..records)
-        .map(|r| {
-            let s = r as f64 * 1e-4;
-            let frames: Vec<Value> = (0..frames)
-                .map(|k| {
-                    let x = [0.0 + s, 0.96 + k as f64 * 0.01, -0.24];
-                    json!({"step": k, "meta": {"pe": -76.0 - k as f64 * 0.1},
-                        "blocks": {"atoms": {"count": 3, "columns": {
-                            "x": {"dtype": "f64", "shape": [3], "values": x}}}}})
-                })
-                .collect();
-            json!({
-                "meta": {"n": r},
-                "system": {"blocks": {"atoms": {"count": 3, "columns": {
-                    "element": {"dtype": "string", "shape": [3], "values": ["O", "H", "H"]}}}}},
-                "trajectory": {"frames": frames}
-            })
-        })
-        .collect();
-    json!({"meta": {"units": {"length": "angstrom", "energy": "kcal/mol"}}, "records": recs})
 }
 
 fn mrec_write(model: &Path, out: &Path, batch_bytes: usize) -> Command {
@@ -115,7 +79,7 @@ fn trials() -> usize {
 #[test]
 fn a_killed_writer_leaves_an_uncommitted_file_or_the_whole_collection() {
     let dir = scratch_dir("crash");
-    let source = collection_json(3000, 4);
+    let source = collection_json(3000, 4, 0.0);
     let model = dir.join("collection.json");
     std::fs::write(&model, serde_json::to_vec(&source).unwrap()).unwrap();
     let in_memory = collection_from_json(&source).unwrap();
@@ -290,7 +254,7 @@ fn a_truncated_download_is_refused_without_a_crash() {
     let model = dir.join("collection.json");
     std::fs::write(
         &model,
-        serde_json::to_vec(&collection_json(300, 4)).unwrap(),
+        serde_json::to_vec(&collection_json(300, 4, 0.0)).unwrap(),
     )
     .unwrap();
     let full = dir.join("full.mrec.lmdb");

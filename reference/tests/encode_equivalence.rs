@@ -4,37 +4,15 @@
 //! infinite typed values, -0.0, subnormals, integers past 2^53, every dtype,
 //! masks, cells and free-form documents.
 
+mod common;
+
+use common::Rng;
 use molrec::frame_bytes::{decode, encode, encode_reference, FrameInfo};
 use molrec::model::{Block, Cell, Column, ColumnData, Document};
 use molrec::typed_json::MetaTag;
 use molrec::DType;
 use serde_json::{Number, Value};
 use std::collections::BTreeMap;
-
-/// SplitMix64: deterministic, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn chance(&mut self, one_in: u64) -> bool {
-        self.below(one_in) == 0
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len() as u64) as usize]
-    }
-}
 
 const STRINGS: [&str; 16] = [
     "",
@@ -56,7 +34,7 @@ const STRINGS: [&str; 16] = [
 ];
 
 fn string(rng: &mut Rng) -> String {
-    if rng.chance(3) {
+    if rng.one_in(3) {
         // A random mix of awkward characters.
         let chars = [
             'a', 'Z', '0', '"', '\\', '\n', '\u{0}', '\u{1f}', '\u{7f}', 'é', '😀', '/', ' ',
@@ -123,7 +101,7 @@ fn int(rng: &mut Rng) -> i64 {
         i64::MIN,
         i64::MIN + 1,
     ];
-    if rng.chance(2) {
+    if rng.one_in(2) {
         *rng.pick(&special)
     } else {
         rng.next() as i64 >> rng.below(64)
@@ -133,7 +111,7 @@ fn int(rng: &mut Rng) -> i64 {
 fn value(rng: &mut Rng, depth: u32) -> Value {
     match rng.below(if depth >= 3 { 6 } else { 8 }) {
         0 => Value::Null,
-        1 => Value::Bool(rng.chance(2)),
+        1 => Value::Bool(rng.one_in(2)),
         2 => Value::Number(Number::from(rng.next() >> rng.below(64))),
         3 => Value::Number(Number::from(int(rng))),
         4 => Value::Number(Number::from_f64(finite(rng)).expect("finite")),
@@ -166,7 +144,7 @@ fn column_data(rng: &mut Rng, dtype: DType, n: usize) -> ColumnData {
         ColumnData::U16(v) => fill!(v, rng.next() as u16),
         ColumnData::U32(v) => fill!(v, rng.next() as u32),
         ColumnData::U64(v) => fill!(v, rng.next()),
-        ColumnData::Bool(v) => fill!(v, rng.chance(2)),
+        ColumnData::Bool(v) => fill!(v, rng.one_in(2)),
         ColumnData::String(v) => fill!(v, string(rng)),
         ColumnData::C64(v) => fill!(v, [float(rng) as f32, float(rng) as f32]),
         ColumnData::C128(v) => fill!(v, [float(rng), float(rng)]),
@@ -180,16 +158,16 @@ fn block(rng: &mut Rng) -> Block {
     for _ in 0..rng.below(5) {
         let dtype = *rng.pick(&DType::ALL);
         let mut shape = vec![count];
-        if rng.chance(3) {
+        if rng.one_in(3) {
             shape.push(rng.below(4));
         }
         let n = shape.iter().product::<u64>() as usize;
         let validity = match rng.below(3) {
             0 => None,
             1 => Some(vec![true; count as usize]),
-            _ => Some((0..count).map(|_| rng.chance(2)).collect()),
+            _ => Some((0..count).map(|_| rng.one_in(2)).collect()),
         };
-        let precision = rng.chance(2).then(|| float(rng));
+        let precision = rng.one_in(2).then(|| float(rng));
         columns.insert(
             string(rng),
             Column {
@@ -203,7 +181,7 @@ fn block(rng: &mut Rng) -> Block {
     Block {
         count,
         columns,
-        structural_shape: rng.chance(3).then(|| {
+        structural_shape: rng.one_in(3).then(|| {
             (0..rng.below(3))
                 .map(|_| rng.next() >> rng.below(64))
                 .collect()
@@ -211,7 +189,7 @@ fn block(rng: &mut Rng) -> Block {
         targets: (0..rng.below(3))
             .map(|_| (string(rng), string(rng)))
             .collect(),
-        attributes: if rng.chance(2) {
+        attributes: if rng.one_in(2) {
             document(rng, 0)
         } else {
             Document::new()
@@ -221,24 +199,24 @@ fn block(rng: &mut Rng) -> Block {
 
 fn info(rng: &mut Rng) -> FrameInfo {
     let meta = document(rng, 0);
-    let meta_types = rng.chance(2).then(|| {
+    let meta_types = rng.one_in(2).then(|| {
         meta.keys()
             .map(|k| (k.clone(), *rng.pick(&MetaTag::ALL)))
             .collect()
     });
     let mut vectors = [0.0; 9];
     vectors.iter_mut().for_each(|v| *v = float(rng));
-    let cell = rng.chance(2).then(|| Cell {
+    let cell = rng.one_in(2).then(|| Cell {
         vectors,
         origin: [float(rng), float(rng), float(rng)],
-        boundary: [rng.chance(2), rng.chance(2), rng.chance(2)],
-        defined: rng.chance(3),
+        boundary: [rng.one_in(2), rng.one_in(2), rng.one_in(2)],
+        defined: rng.one_in(3),
     });
     FrameInfo {
         meta,
         meta_types,
-        step: rng.chance(2).then(|| int(rng)),
-        time: rng.chance(2).then(|| float(rng)),
+        step: rng.one_in(2).then(|| int(rng)),
+        time: rng.one_in(2).then(|| float(rng)),
         cell,
     }
 }
@@ -253,7 +231,7 @@ fn the_hand_written_encoder_writes_the_serde_encoders_bytes() {
             .map(|_| (string(&mut rng), block(&mut rng)))
             .collect();
         let info = info(&mut rng);
-        let with_precision = rng.chance(2);
+        let with_precision = rng.one_in(2);
         // A stale buffer: `encode` clears what it is handed.
         new.extend_from_slice(b"stale");
         encode(&blocks, &info, with_precision, &mut new);

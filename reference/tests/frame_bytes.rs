@@ -1075,22 +1075,8 @@ fn decode_loop_typical_frame() {
 /// same refusal: clause, place and detail), and the fast scanner alone, when
 /// it answers, gives the serde path's frame. Returns whether the scanner answered.
 fn same_as_reference(v: &[u8]) -> bool {
-    let got = decode(v);
     let want = decode_reference(v);
-    match (&got, &want) {
-        (Ok(a), Ok(b)) => assert_eq!(format!("{a:?}"), format!("{b:?}"), "{v:?}"),
-        (Err(a), Err(b)) => assert_eq!(
-            (a.clause(), a.to_string()),
-            (b.clause(), b.to_string()),
-            "{v:?}"
-        ),
-        (a, b) => panic!(
-            "decode {:?} but the serde path {:?} on {:?}",
-            a.as_ref().map(|_| ()).map_err(|e| e.to_string()),
-            b.as_ref().map(|_| ()).map_err(|e| e.to_string()),
-            String::from_utf8_lossy(v)
-        ),
-    }
+    assert_same_outcome("decode", &decode(v), &want, v);
     let Some(fast) = decode_fast(v) else {
         return false;
     };
@@ -1134,7 +1120,19 @@ fn same_after(prev: &[u8], v: &[u8]) -> bool {
             FrameRef { blocks, info }
         }
     });
-    match (&got, &decode_reference(v)) {
+    assert_same_outcome("decode_update", &got, &decode_reference(v), v);
+    same
+}
+
+/// `got` (from the decoder called `what`) is the serde path's `want` on `v`:
+/// the same frame, or the same refusal (clause, place and detail).
+fn assert_same_outcome(
+    what: &str,
+    got: &molrec::Result<FrameRef<'_>>,
+    want: &molrec::Result<FrameRef<'_>>,
+    v: &[u8],
+) {
+    match (got, want) {
         (Ok(a), Ok(b)) => assert_eq!(format!("{a:?}"), format!("{b:?}"), "{v:?}"),
         (Err(a), Err(b)) => assert_eq!(
             (a.clause(), a.to_string()),
@@ -1142,13 +1140,12 @@ fn same_after(prev: &[u8], v: &[u8]) -> bool {
             "{v:?}"
         ),
         (a, b) => panic!(
-            "decode_update {:?} but the serde path {:?} on {:?}",
+            "{what} {:?} but the serde path {:?} on {:?}",
             a.as_ref().map(|_| ()).map_err(|e| e.to_string()),
             b.as_ref().map(|_| ()).map_err(|e| e.to_string()),
             String::from_utf8_lossy(v)
         ),
     }
-    same
 }
 
 #[test]

@@ -25,6 +25,9 @@
 //! many mutations; `MOLREC_MUTATION_SEED=n` picks another seed. A value or
 //! file that panics is saved under `target/mutation-failures/`.
 
+mod common;
+
+use common::Rng;
 use heed::types::Bytes;
 use heed::{Database, EnvFlags, EnvOpenOptions};
 use molrec::frame_bytes::{decode, encode, ColumnBytes, FrameInfo};
@@ -110,33 +113,6 @@ fn save_failure(name: &str, bytes: &[u8]) -> PathBuf {
 // ---------------------------------------------------------------------------
 // Deterministic randomness (SplitMix64)
 // ---------------------------------------------------------------------------
-
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        let mut r = Rng(seed);
-        r.next();
-        r
-    }
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `0..n` (`n > 0`).
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-}
 
 fn mix(a: u64, b: u64) -> u64 {
     Rng::new(a ^ b.wrapping_mul(0xD6E8_FEB8_6659_FD93)).next()
@@ -480,7 +456,7 @@ const UNITS: [&str; 14] = [
 ];
 
 fn interesting_json(rng: &mut Rng) -> Value {
-    match rng.below(40) {
+    match rng.index(40) {
         0 => Value::Null,
         1 => json!(true),
         2 => json!(false),
@@ -547,7 +523,7 @@ fn sample_paths(v: &Value, rng: &mut Rng, limit: usize) -> Vec<Vec<Seg>> {
         if out.len() < limit {
             out.push(path.clone());
         } else {
-            let j = rng.below(seen);
+            let j = rng.index(seen);
             if j < limit {
                 out[j] = path.clone();
             }
@@ -589,7 +565,7 @@ fn node_mut<'a>(v: &'a mut Value, path: &[Seg]) -> Option<&'a mut Value> {
 fn mutate_tree(v: &mut Value, rng: &mut Rng) {
     let paths = sample_paths(v, rng, 256);
     let path = rng.pick(&paths).clone();
-    let op = rng.below(10);
+    let op = rng.index(10);
     if op == 0 && !path.is_empty() {
         // Delete the node.
         let (last, parent) = path.split_last().unwrap();
@@ -613,7 +589,7 @@ fn mutate_tree(v: &mut Value, rng: &mut Rng) {
         1 => {
             // Numbers move a little.
             if let Some(n) = node.as_u64() {
-                *node = json!(match rng.below(4) {
+                *node = json!(match rng.index(4) {
                     0 => n.wrapping_add(1),
                     1 => n.wrapping_sub(1),
                     2 => n.wrapping_add(8),
@@ -630,10 +606,10 @@ fn mutate_tree(v: &mut Value, rng: &mut Rng) {
                 m.insert(rng.pick(&NAMES).to_string(), interesting_json(rng));
             }
             Value::Array(a) => {
-                if a.is_empty() || rng.chance(50) {
+                if a.is_empty() || rng.percent(50) {
                     a.push(interesting_json(rng));
                 } else {
-                    let i = rng.below(a.len());
+                    let i = rng.index(a.len());
                     let dup = a[i].clone();
                     a.insert(i, dup);
                 }
@@ -642,7 +618,7 @@ fn mutate_tree(v: &mut Value, rng: &mut Rng) {
         },
         3 => {
             if let Value::Array(a) = node {
-                if rng.chance(50) {
+                if rng.percent(50) {
                     a.pop();
                 } else {
                     a.clear();
@@ -656,7 +632,7 @@ fn mutate_tree(v: &mut Value, rng: &mut Rng) {
         4 => {
             // A wrapped value: the same content one level deeper.
             let inner = node.take();
-            *node = if rng.chance(50) {
+            *node = if rng.percent(50) {
                 json!([inner])
             } else {
                 json!({"v": inner})
@@ -664,7 +640,7 @@ fn mutate_tree(v: &mut Value, rng: &mut Rng) {
         }
         5 => {
             if let Value::String(s) = node {
-                match rng.below(3) {
+                match rng.index(3) {
                     0 => s.push('x'),
                     1 => {
                         s.pop();
@@ -685,17 +661,17 @@ fn mutate_json_text(text: &mut Vec<u8>, rng: &mut Rng) {
         text.extend_from_slice(b"{}");
         return;
     }
-    match rng.below(7) {
+    match rng.index(7) {
         0 => {
             // Replace a run of digits with an interesting number.
             let starts: Vec<usize> = (0..text.len())
                 .filter(|&i| text[i].is_ascii_digit() && (i == 0 || !text[i - 1].is_ascii_digit()))
                 .collect();
-            if let Some(&s) = starts.get(rng.below(starts.len().max(1))) {
+            if let Some(&s) = starts.get(rng.index(starts.len().max(1))) {
                 let e = (s..text.len())
                     .find(|&i| !text[i].is_ascii_digit())
                     .unwrap_or(text.len());
-                let with: String = match rng.below(4) {
+                let with: String = match rng.index(4) {
                     0 => "18446744073709551616".into(),
                     1 => "99999999999999999999999999999999999999".into(),
                     2 => "1e400".into(),
@@ -707,17 +683,17 @@ fn mutate_json_text(text: &mut Vec<u8>, rng: &mut Rng) {
         1 => {
             // Duplicate a key: insert a copy of the first member after `{`.
             let opens: Vec<usize> = (0..text.len()).filter(|&i| text[i] == b'{').collect();
-            if let Some(&o) = opens.get(rng.below(opens.len().max(1))) {
+            if let Some(&o) = opens.get(rng.index(opens.len().max(1))) {
                 let key = format!("\"{}\":{},", rng.pick(&NAMES), interesting_json(rng));
                 text.splice(o + 1..o + 1, key.bytes());
             }
         }
         2 => {
-            let i = rng.below(text.len());
+            let i = rng.index(text.len());
             text.remove(i);
         }
         3 => {
-            let i = rng.below(text.len() + 1);
+            let i = rng.index(text.len() + 1);
             let b = *rng.pick(b"{}[]\",:0-.e\\\x00\xff");
             text.insert(i, b);
         }
@@ -726,18 +702,18 @@ fn mutate_json_text(text: &mut Vec<u8>, rng: &mut Rng) {
             let depth = *rng.pick(&[64usize, 127, 128, 129, 1000, 100_000]);
             let deep = format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
             let colons: Vec<usize> = (0..text.len()).filter(|&i| text[i] == b':').collect();
-            if let Some(&c) = colons.get(rng.below(colons.len().max(1))) {
+            if let Some(&c) = colons.get(rng.index(colons.len().max(1))) {
                 text.splice(c + 1..c + 1, format!("{deep},\"zz\":").bytes());
             }
         }
         5 => {
-            let n = rng.below(text.len());
+            let n = rng.index(text.len());
             text.truncate(n);
         }
         _ => {
-            for _ in 0..1 + rng.below(4) {
-                let i = rng.below(text.len());
-                text[i] ^= 1 << rng.below(8);
+            for _ in 0..1 + rng.index(4) {
+                let i = rng.index(text.len());
+                text[i] ^= 1 << rng.index(8);
             }
         }
     }
@@ -745,9 +721,9 @@ fn mutate_json_text(text: &mut Vec<u8>, rng: &mut Rng) {
 
 /// Any JSON value: a tree edit (re-serialized) or a textual edit.
 fn mutate_json_bytes(bytes: &[u8], rng: &mut Rng) -> Vec<u8> {
-    if rng.chance(65) {
+    if rng.percent(65) {
         if let Ok(mut v) = serde_json::from_slice::<Value>(bytes) {
-            for _ in 0..1 + rng.below(2) {
+            for _ in 0..1 + rng.index(2) {
                 mutate_tree(&mut v, rng);
             }
             return serde_json::to_vec(&v).unwrap();
@@ -811,7 +787,7 @@ fn column_mut<'a>(header: &'a mut Value, b: &str, c: &str) -> Option<&'a mut Val
 
 fn interesting_shape(rng: &mut Rng, shape: &[u64]) -> Value {
     let count = shape.first().copied().unwrap_or(0);
-    match rng.below(14) {
+    match rng.index(14) {
         0 => json!([]),
         1 => json!([0]),
         2 => json!([count.wrapping_add(1)]),
@@ -841,7 +817,7 @@ fn interesting_shape(rng: &mut Rng, shape: &[u64]) -> Value {
 fn mutate_header(header: &mut Value, rng: &mut Rng) {
     let columns = columns_of(header);
     let target = (!columns.is_empty()).then(|| rng.pick(&columns).clone());
-    match rng.below(12) {
+    match rng.index(12) {
         0 | 1 => {
             // Dtype swap.
             if let Some((b, c)) = &target {
@@ -870,9 +846,13 @@ fn mutate_header(header: &mut Value, rng: &mut Rng) {
             // Offset / validity edits.
             if let Some((b, c)) = &target {
                 if let Some(col) = column_mut(header, b, c) {
-                    let key = if rng.chance(70) { "offset" } else { "validity" };
+                    let key = if rng.percent(70) {
+                        "offset"
+                    } else {
+                        "validity"
+                    };
                     let old = col.get(key).and_then(Value::as_u64).unwrap_or(0);
-                    let new = match rng.below(6) {
+                    let new = match rng.index(6) {
                         0 => json!(old.wrapping_add(8)),
                         1 => json!(old.wrapping_sub(8)),
                         2 => json!(old.wrapping_add(1)),
@@ -895,7 +875,7 @@ fn mutate_header(header: &mut Value, rng: &mut Rng) {
                         return;
                     };
                     let old = block["count"].as_u64().unwrap_or(0);
-                    *at(block, "count") = match rng.below(5) {
+                    *at(block, "count") = match rng.index(5) {
                         0 => json!(old.wrapping_add(1)),
                         1 => json!(old.wrapping_sub(1)),
                         2 => json!(0),
@@ -914,14 +894,14 @@ fn mutate_header(header: &mut Value, rng: &mut Rng) {
                 .filter(|(b, c)| header["blocks"][b]["columns"][c].get("values").is_some())
                 .cloned()
                 .collect();
-            if let Some((b, c)) = strings.get(rng.below(strings.len().max(1))) {
+            if let Some((b, c)) = strings.get(rng.index(strings.len().max(1))) {
                 let Some(values) = column_mut(header, b, c)
                     .and_then(|col| col.get_mut("values"))
                     .and_then(Value::as_array_mut)
                 else {
                     return;
                 };
-                match rng.below(4) {
+                match rng.index(4) {
                     0 => {
                         values.pop();
                     }
@@ -941,7 +921,7 @@ fn mutate_header(header: &mut Value, rng: &mut Rng) {
             // Validity and precision keys.
             if let Some((b, c)) = &target {
                 if let Some(col) = column_mut(header, b, c) {
-                    match rng.below(4) {
+                    match rng.index(4) {
                         0 => *at(col, "validity") = json!(0),
                         1 => {
                             if let Some(m) = col.as_object_mut() {
@@ -958,12 +938,12 @@ fn mutate_header(header: &mut Value, rng: &mut Rng) {
         }
         8 => {
             // Step, time, box, meta_types, structural_shape, targets.
-            match rng.below(6) {
+            match rng.index(6) {
                 0 => *at(header, "step") = interesting_json(rng),
                 1 => *at(header, "time") = interesting_json(rng),
                 2 => {
                     *at(header, "box") = json!({"vectors": [[1, 0, 0], [0, 1, 0], [0, 0, 1]],
-                        "boundary": [rng.chance(50), true, false], "cell_defined": rng.chance(50)})
+                        "boundary": [rng.percent(50), true, false], "cell_defined": rng.percent(50)})
                 }
                 3 => {
                     *at(header, "meta_types") =
@@ -993,7 +973,7 @@ fn mutate_header(header: &mut Value, rng: &mut Rng) {
             }
         }
         _ => {
-            for _ in 0..1 + rng.below(3) {
+            for _ in 0..1 + rng.index(3) {
                 mutate_tree(header, rng);
             }
         }
@@ -1005,9 +985,9 @@ fn mutate_payload(payload: &mut [u8], rng: &mut Rng) {
     if payload.len() < 8 {
         return;
     }
-    for _ in 0..1 + rng.below(3) {
-        let at = rng.below(payload.len() / 8) * 8;
-        let v: u64 = match rng.below(4) {
+    for _ in 0..1 + rng.index(3) {
+        let at = rng.index(payload.len() / 8) * 8;
+        let v: u64 = match rng.index(4) {
             0 => f64::NAN.to_bits(),
             1 => (-0.0f64).to_bits(),
             2 => 2,
@@ -1021,7 +1001,7 @@ fn map_data(data: &mut ColumnData, rng: &mut Rng) {
     macro_rules! set_one {
         ($v:expr, $x:expr) => {
             if !$v.is_empty() {
-                let i = rng.below($v.len());
+                let i = rng.index($v.len());
                 $v[i] = $x;
             }
         };
@@ -1033,7 +1013,7 @@ fn map_data(data: &mut ColumnData, rng: &mut Rng) {
         ),
         ColumnData::U64(v) => set_one!(v, *rng.pick(&INTERESTING_U64)),
         ColumnData::I64(v) => set_one!(v, *rng.pick(&[i64::MIN, -1, i64::MAX])),
-        ColumnData::Bool(v) => set_one!(v, rng.chance(50)),
+        ColumnData::Bool(v) => set_one!(v, rng.percent(50)),
         ColumnData::String(v) => set_one!(v, rng.pick(&NAMES).to_string()),
         ColumnData::U8(v) => set_one!(v, 255),
         ColumnData::I32(v) => set_one!(v, i32::MIN),
@@ -1104,9 +1084,9 @@ fn mutate_semantic(value: &[u8], with_precision: bool, rng: &mut Rng) -> Option<
     let mut blocks: BTreeMap<String, Block> = frame.to_blocks().ok()?;
     let mut info: FrameInfo = frame.info.clone();
     let names: Vec<String> = blocks.keys().cloned().collect();
-    for _ in 0..1 + rng.below(2) {
+    for _ in 0..1 + rng.index(2) {
         let name = (!names.is_empty()).then(|| rng.pick(&names).clone());
-        match rng.below(16) {
+        match rng.index(16) {
             0..=2 => {
                 if let Some(block) = name.as_ref().and_then(|n| blocks.get_mut(n)) {
                     let cols: Vec<String> = block.columns.keys().cloned().collect();
@@ -1122,7 +1102,7 @@ fn mutate_semantic(value: &[u8], with_precision: bool, rng: &mut Rng) -> Option<
                 // Rows removed or added in every column (count follows).
                 if let Some(block) = name.as_ref().and_then(|n| blocks.get_mut(n)) {
                     let rows = block.count;
-                    let new_rows = match rng.below(3) {
+                    let new_rows = match rng.index(3) {
                         0 => rows.saturating_sub(1),
                         1 => rows.saturating_add(1),
                         _ => 0,
@@ -1132,7 +1112,7 @@ fn mutate_semantic(value: &[u8], with_precision: bool, rng: &mut Rng) -> Option<
                     }
                     block.count = new_rows;
                     if let Some(s) = &mut block.structural_shape {
-                        if rng.chance(50) {
+                        if rng.percent(50) {
                             *s = vec![new_rows];
                         }
                     }
@@ -1153,7 +1133,7 @@ fn mutate_semantic(value: &[u8], with_precision: bool, rng: &mut Rng) -> Option<
                     let cols: Vec<String> = block.columns.keys().cloned().collect();
                     if !cols.is_empty() {
                         let c = rng.pick(&cols).clone();
-                        match rng.below(3) {
+                        match rng.index(3) {
                             0 => {
                                 block.columns.remove(&c);
                             }
@@ -1186,8 +1166,8 @@ fn mutate_semantic(value: &[u8], with_precision: bool, rng: &mut Rng) -> Option<
                 if let Some(block) = name.as_ref().and_then(|n| blocks.get_mut(n)) {
                     let count = block.count.min(1 << 20) as usize;
                     if let Some(col) = block.columns.values_mut().next() {
-                        let mut mask: Vec<bool> = (0..count).map(|_| rng.chance(70)).collect();
-                        if rng.chance(20) {
+                        let mut mask: Vec<bool> = (0..count).map(|_| rng.percent(70)).collect();
+                        if rng.percent(20) {
                             mask.push(false);
                         }
                         col.validity = Some(mask);
@@ -1204,7 +1184,7 @@ fn mutate_semantic(value: &[u8], with_precision: bool, rng: &mut Rng) -> Option<
             }
             9 => {
                 let prev = info.step.unwrap_or(0);
-                info.step = match rng.below(5) {
+                info.step = match rng.index(5) {
                     0 => None,
                     1 => Some(prev.wrapping_sub(1)),
                     2 => Some(i64::MIN),
@@ -1213,7 +1193,7 @@ fn mutate_semantic(value: &[u8], with_precision: bool, rng: &mut Rng) -> Option<
                 };
             }
             10 => {
-                info.time = match rng.below(3) {
+                info.time = match rng.index(3) {
                     0 => None,
                     1 => Some(f64::NAN),
                     _ => Some(info.time.unwrap_or(0.0) + 1.0),
@@ -1223,14 +1203,14 @@ fn mutate_semantic(value: &[u8], with_precision: bool, rng: &mut Rng) -> Option<
                 let key = rng
                     .pick(&["pe", "ke", "charge", "label", "n", "_meta_types"])
                     .to_string();
-                if rng.chance(40) {
+                if rng.percent(40) {
                     info.meta.remove(&key);
                 } else {
                     info.meta.insert(key, interesting_json(rng));
                 }
             }
             12 => {
-                info.meta_types = match rng.below(3) {
+                info.meta_types = match rng.index(3) {
                     0 => None,
                     1 => Some(BTreeMap::new()),
                     _ => {
@@ -1247,7 +1227,7 @@ fn mutate_semantic(value: &[u8], with_precision: bool, rng: &mut Rng) -> Option<
                 };
             }
             13 => {
-                info.cell = match rng.below(4) {
+                info.cell = match rng.index(4) {
                     0 => None,
                     1 => Some(Cell {
                         vectors: [f64::NAN; 9],
@@ -1281,7 +1261,7 @@ fn mutate_semantic(value: &[u8], with_precision: bool, rng: &mut Rng) -> Option<
             }
             _ => {
                 if let Some(block) = name.as_ref().and_then(|n| blocks.get_mut(n)) {
-                    block.structural_shape = match rng.below(3) {
+                    block.structural_shape = match rng.index(3) {
                         0 => None,
                         1 => Some(vec![block.count]),
                         _ => Some(vec![2, block.count]),
@@ -1298,45 +1278,45 @@ fn mutate_semantic(value: &[u8], with_precision: bool, rng: &mut Rng) -> Option<
 /// One mutation of a frame value.
 fn mutate_frame(value: &[u8], rng: &mut Rng, donors: &[&[u8]]) -> Vec<u8> {
     let mut v = value.to_vec();
-    match rng.below(16) {
+    match rng.index(16) {
         0 => {
             // Bit flips, half of the time in the first 64 bytes.
-            for _ in 0..1 + rng.below(8) {
+            for _ in 0..1 + rng.index(8) {
                 if v.is_empty() {
                     break;
                 }
-                let span = if rng.chance(50) {
+                let span = if rng.percent(50) {
                     v.len().min(64)
                 } else {
                     v.len()
                 };
-                let i = rng.below(span);
-                v[i] ^= 1 << rng.below(8);
+                let i = rng.index(span);
+                v[i] ^= 1 << rng.index(8);
             }
         }
         1 => {
-            for _ in 0..1 + rng.below(4) {
+            for _ in 0..1 + rng.index(4) {
                 if v.is_empty() {
                     break;
                 }
-                let i = rng.below(v.len());
+                let i = rng.index(v.len());
                 v[i] = *rng.pick(&[0u8, 1, 2, 0x7f, 0x80, 0xff, b'"', b'{', b'[', b'0']);
             }
         }
         2 => {
-            let n = rng.below(v.len() + 1);
+            let n = rng.index(v.len() + 1);
             v.truncate(n);
         }
         3 => {
-            let n = 1 + rng.below(64);
-            let byte = if rng.chance(50) { 0 } else { rng.next() as u8 };
+            let n = 1 + rng.index(64);
+            let byte = if rng.percent(50) { 0 } else { rng.next() as u8 };
             v.extend(std::iter::repeat_n(byte, n));
         }
         4 => {
             // Header length edits.
             if v.len() >= 8 {
                 let old = u32::from_le_bytes(v[4..8].try_into().unwrap());
-                let new = match rng.below(10) {
+                let new = match rng.index(10) {
                     0 => 0,
                     1 => old.wrapping_add(1),
                     2 => old.wrapping_sub(1),
@@ -1372,7 +1352,7 @@ fn mutate_frame(value: &[u8], rng: &mut Rng, donors: &[&[u8]]) -> Vec<u8> {
             // Splice: this header with another value's payload, or the reverse.
             let donor = *rng.pick(donors);
             if let (Some((h, _)), Some((_, p))) = (split(value), split(donor)) {
-                return if rng.chance(50) {
+                return if rng.percent(50) {
                     frame_value(h, p)
                 } else {
                     frame_value(split(donor).unwrap().0, split(value).unwrap().1)
@@ -1387,14 +1367,14 @@ fn mutate_frame(value: &[u8], rng: &mut Rng, donors: &[&[u8]]) -> Vec<u8> {
             }
         }
         13 | 14 => {
-            if let Some(out) = mutate_semantic(value, rng.chance(50), rng) {
+            if let Some(out) = mutate_semantic(value, rng.percent(50), rng) {
                 return out;
             }
         }
         _ => {
             // Stacked mutations.
             let mut out = value.to_vec();
-            for _ in 0..2 + rng.below(2) {
+            for _ in 0..2 + rng.index(2) {
                 out = mutate_frame(&out, rng, donors);
             }
             return out;
@@ -1647,11 +1627,11 @@ fn get<'a>(kvs: &'a Kvs, key: &[u8]) -> Option<&'a Vec<u8>> {
 
 /// Semantic edits of `meta`.
 fn mutate_meta(meta: &mut Value, rng: &mut Rng) {
-    match rng.below(12) {
+    match rng.index(12) {
         0 => {
             let key = *rng.pick(&["n_records", "n_frames"]);
             let old = meta[key].as_u64().unwrap_or(0);
-            *at(meta, key) = match rng.below(5) {
+            *at(meta, key) = match rng.index(5) {
                 0 => json!(old.wrapping_add(1)),
                 1 => json!(old.wrapping_sub(1)),
                 2 => json!(old as f64),
@@ -1660,7 +1640,7 @@ fn mutate_meta(meta: &mut Value, rng: &mut Rng) {
             };
         }
         1 => {
-            if rng.chance(50) {
+            if rng.percent(50) {
                 *at(meta, "layout") = interesting_json(rng);
             } else {
                 *at(meta, "layout_version") = interesting_json(rng);
@@ -1671,7 +1651,7 @@ fn mutate_meta(meta: &mut Value, rng: &mut Rng) {
             let q = *rng.pick(&[
                 "length", "energy", "force", "time", "charge", "mass", "weird",
             ]);
-            if rng.chance(20) {
+            if rng.percent(20) {
                 if let Some(c) = meta.get_mut("collection").and_then(Value::as_object_mut) {
                     c.remove("units");
                 }
@@ -1687,7 +1667,7 @@ fn mutate_meta(meta: &mut Value, rng: &mut Rng) {
                 .map(|m| m.keys().cloned().collect())
                 .unwrap_or_default();
             if blocks.is_empty() {
-                let name: &str = NAMES[rng.below(NAMES.len())];
+                let name: &str = NAMES[rng.index(NAMES.len())];
                 *at(at(schema, "blocks"), name) = json!({"columns": {"x": {"dtype": "f64"}}});
                 return;
             }
@@ -1697,7 +1677,7 @@ fn mutate_meta(meta: &mut Value, rng: &mut Rng) {
                 .as_object()
                 .map(|m| m.keys().cloned().collect())
                 .unwrap_or_default();
-            match rng.below(8) {
+            match rng.index(8) {
                 0 if !cols.is_empty() => {
                     *at(at(at(decl, "columns"), rng.pick(&cols).as_str()), "dtype") =
                         json!(rng.pick(&DTYPE_NAMES))
@@ -1718,7 +1698,7 @@ fn mutate_meta(meta: &mut Value, rng: &mut Rng) {
                     *at(
                         at(at(decl, "columns"), rng.pick(&cols).as_str()),
                         "nullable",
-                    ) = json!(rng.chance(50))
+                    ) = json!(rng.percent(50))
                 }
                 3 if !cols.is_empty() => {
                     *at(
@@ -1745,12 +1725,12 @@ fn mutate_meta(meta: &mut Value, rng: &mut Rng) {
                 .as_object()
                 .map(|m| m.keys().cloned().collect())
                 .unwrap_or_default();
-            let key = if keys.is_empty() || rng.chance(30) {
+            let key = if keys.is_empty() || rng.percent(30) {
                 rng.pick(&["pe", "label", "n", "ke"]).to_string()
             } else {
                 rng.pick(&keys).clone()
             };
-            match rng.below(3) {
+            match rng.index(3) {
                 0 => *at(at(smeta, &key), "dtype") = json!(rng.pick(&TAG_NAMES)),
                 1 => *at(at(smeta, &key), "fill") = interesting_json(rng),
                 _ => {
@@ -1761,7 +1741,7 @@ fn mutate_meta(meta: &mut Value, rng: &mut Rng) {
             }
         }
         _ => {
-            for _ in 0..1 + rng.below(2) {
+            for _ in 0..1 + rng.index(2) {
                 mutate_tree(meta, rng);
             }
         }
@@ -1781,23 +1761,23 @@ fn mutate_index(kvs: &mut Kvs, rng: &mut Rng) -> Option<String> {
     }
     let rows = block.count as usize;
     let what;
-    match rng.below(7) {
+    match rng.index(7) {
         0 | 1 if rows > 0 => {
             // n_frames / has_trajectory changed, prefix sums recomputed, meta updated.
-            let r = rng.below(rows);
+            let r = rng.index(rows);
             if let Some(Column {
                 data: ColumnData::U64(n),
                 ..
             }) = block.columns.get_mut("n_frames")
             {
-                n[r] = match rng.below(4) {
+                n[r] = match rng.index(4) {
                     0 => n[r].wrapping_add(1),
                     1 => n[r].saturating_sub(1),
                     2 => 0,
                     _ => 1 << 40,
                 };
             }
-            if rng.chance(30) {
+            if rng.percent(30) {
                 if let Some(Column {
                     data: ColumnData::Bool(t),
                     ..
@@ -1833,7 +1813,7 @@ fn mutate_index(kvs: &mut Kvs, rng: &mut Rng) -> Option<String> {
         }
         2 if rows > 0 => {
             let name = *rng.pick(&["first_frame", "n_frames", "n_atoms"]);
-            let r = rng.below(rows);
+            let r = rng.index(rows);
             if let Some(Column {
                 data: ColumnData::U64(v),
                 ..
@@ -1847,7 +1827,7 @@ fn mutate_index(kvs: &mut Kvs, rng: &mut Rng) -> Option<String> {
             // A binding column at another dtype or shape.
             let name = *rng.pick(&["first_frame", "n_frames", "n_atoms", "has_trajectory"]);
             if let Some(col) = block.columns.get_mut(name) {
-                match rng.below(3) {
+                match rng.index(3) {
                     0 => cast(
                         col,
                         *rng.pick(&[DType::I64, DType::U32, DType::F64, DType::Bool, DType::U64]),
@@ -1866,10 +1846,10 @@ fn mutate_index(kvs: &mut Kvs, rng: &mut Rng) -> Option<String> {
         5 => {
             // An own column: reserved name, wrong length, any dtype.
             let mut col = Column::new(vec![rows as u64], ColumnData::U64(vec![7; rows]));
-            if rng.chance(30) {
+            if rng.percent(30) {
                 resize_rows(&mut col, rows as u64, rows as u64 + 1);
             }
-            if rng.chance(30) {
+            if rng.percent(30) {
                 cast(&mut col, DType::String);
             }
             block.columns.insert(
@@ -1881,7 +1861,7 @@ fn mutate_index(kvs: &mut Kvs, rng: &mut Rng) -> Option<String> {
         }
         _ => {
             let old = block.count;
-            let new = if rng.chance(50) {
+            let new = if rng.percent(50) {
                 old.saturating_add(1)
             } else {
                 old.saturating_sub(1)
@@ -1890,7 +1870,7 @@ fn mutate_index(kvs: &mut Kvs, rng: &mut Rng) -> Option<String> {
                 resize_rows(col, old, new);
             }
             block.count = new;
-            if rng.chance(50) {
+            if rng.percent(50) {
                 if let Some(meta) =
                     get(kvs, b"meta").and_then(|m| serde_json::from_slice::<Value>(m).ok())
                 {
@@ -1914,10 +1894,10 @@ fn mutate_file(kvs: &mut Kvs, rng: &mut Rng, donors: &[&[u8]]) -> String {
         kvs.push((b"meta".to_vec(), b"{}".to_vec()));
         return "meta added to an empty file".into();
     }
-    let i = rng.below(kvs.len());
+    let i = rng.index(kvs.len());
     let key = kvs[i].0.clone();
     let kind = key_kind(&key);
-    match rng.below(24) {
+    match rng.index(24) {
         0..=4 => {
             let frames: Vec<usize> = (0..kvs.len()).filter(|&j| is_frame(&kvs[j].1)).collect();
             if frames.is_empty() {
@@ -1933,7 +1913,7 @@ fn mutate_file(kvs: &mut Kvs, rng: &mut Rng, donors: &[&[u8]]) -> String {
                 return "no meta".into();
             };
             let new = match serde_json::from_slice::<Value>(&meta) {
-                Ok(mut m) if rng.chance(75) => {
+                Ok(mut m) if rng.percent(75) => {
                     mutate_meta(&mut m, rng);
                     serde_json::to_vec(&m).unwrap()
                 }
@@ -1945,7 +1925,7 @@ fn mutate_file(kvs: &mut Kvs, rng: &mut Rng, donors: &[&[u8]]) -> String {
         9 | 10 => mutate_index(kvs, rng).unwrap_or_else(|| "index not decodable".into()),
         11 => {
             // A record meta document: mutated, or a new one of any JSON.
-            let r = rng.below(4) as u64;
+            let r = rng.index(4) as u64;
             let key = numbered(b'r', r);
             let new = match get(kvs, &key) {
                 Some(v) => mutate_json_bytes(v, rng),
@@ -1960,7 +1940,7 @@ fn mutate_file(kvs: &mut Kvs, rng: &mut Rng, donors: &[&[u8]]) -> String {
         }
         13 => {
             // A value copied under another key.
-            let j = rng.below(kvs.len());
+            let j = rng.index(kvs.len());
             let v = kvs[j].1.clone();
             kvs[i].1 = v;
             format!("value of {} copied onto {kind}", key_kind(&kvs[j].0))
@@ -1968,9 +1948,9 @@ fn mutate_file(kvs: &mut Kvs, rng: &mut Rng, donors: &[&[u8]]) -> String {
         14 => {
             // Rename: another ordinal or another prefix.
             let mut k = key.clone();
-            if k.len() == 9 && rng.chance(60) {
+            if k.len() == 9 && rng.percent(60) {
                 let n = u64::from_be_bytes(k[1..9].try_into().unwrap());
-                let m = match rng.below(4) {
+                let m = match rng.index(4) {
                     0 => n.wrapping_add(1),
                     1 => n.wrapping_sub(1),
                     2 => u64::MAX,
@@ -1985,7 +1965,7 @@ fn mutate_file(kvs: &mut Kvs, rng: &mut Rng, donors: &[&[u8]]) -> String {
             format!("key {kind} renamed")
         }
         15 => {
-            let j = rng.below(kvs.len());
+            let j = rng.index(kvs.len());
             let v = kvs[i].1.clone();
             kvs[i].1 = kvs[j].1.clone();
             kvs[j].1 = v;
@@ -1993,9 +1973,9 @@ fn mutate_file(kvs: &mut Kvs, rng: &mut Rng, donors: &[&[u8]]) -> String {
         }
         16 => {
             // Junk keys the reader must ignore or refuse.
-            let junk: Vec<u8> = match rng.below(6) {
+            let junk: Vec<u8> = match rng.index(6) {
                 0 => numbered(b'f', rng.next()),
-                1 => numbered(b's', rng.below(8) as u64),
+                1 => numbered(b's', rng.index(8) as u64),
                 2 => b"f\x00\x00\x00".to_vec(),
                 3 => {
                     let mut k = numbered(b'f', 0);
@@ -2003,9 +1983,9 @@ fn mutate_file(kvs: &mut Kvs, rng: &mut Rng, donors: &[&[u8]]) -> String {
                     k
                 }
                 4 => b"ff\x00".to_vec(),
-                _ => (0..1 + rng.below(20)).map(|_| rng.next() as u8).collect(),
+                _ => (0..1 + rng.index(20)).map(|_| rng.next() as u8).collect(),
             };
-            let value = if rng.chance(50) {
+            let value = if rng.percent(50) {
                 kvs[i].1.clone()
             } else {
                 b"junk".to_vec()
@@ -2055,12 +2035,12 @@ fn mutate_file(kvs: &mut Kvs, rng: &mut Rng, donors: &[&[u8]]) -> String {
         }
         21 => {
             // A key LMDB itself refuses (longer than its 511-byte limit).
-            if rng.chance(10) {
+            if rng.percent(10) {
                 put(kvs, vec![b'f'; 600], b"x".to_vec());
                 "oversized key".into()
             } else {
                 let v = kvs[i].1.clone();
-                put(kvs, numbered(b'f', rng.below(64) as u64), v);
+                put(kvs, numbered(b'f', rng.index(64) as u64), v);
                 "value copied to a frame key".into()
             }
         }
@@ -2151,7 +2131,7 @@ fn mutated_files_never_panic() {
         let mut did = Vec::new();
         // A panic of the mutator itself is a bug of this test, counted apart.
         let mutated = catch_unwind(AssertUnwindSafe(|| {
-            for _ in 0..1 + rng.below(3) {
+            for _ in 0..1 + rng.index(3) {
                 did.push(mutate_file(&mut kvs, &mut rng, &donors));
             }
         }));

@@ -1,0 +1,79 @@
+//! What several of the reference's test binaries share: deterministic
+//! randomness and a small generated collection. Each binary uses a part.
+#![allow(dead_code)]
+
+use serde_json::{json, Value};
+
+/// SplitMix64: deterministic for a seed, no dependency.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// Seeded, with the first output discarded.
+    pub fn new(seed: u64) -> Rng {
+        let mut r = Rng(seed);
+        r.next();
+        r
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// In `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    /// An index in `0..n` (0 when `n` is 0).
+    pub fn index(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+
+    /// True once in `n` draws.
+    pub fn one_in(&mut self, n: u64) -> bool {
+        self.below(n) == 0
+    }
+
+    /// True `percent` times in 100.
+    pub fn percent(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.index(items.len())]
+    }
+}
+
+/// `records` records in canonical JSON: a 3-atom system, `frames` small
+/// trajectory frames each; `shift` moves the first coordinate.
+pub fn collection_json(records: usize, frames: usize, shift: f64) -> Value {
+    let recs: Vec<Value> = (0..records)
+        .map(|r| {
+            let s = shift + r as f64 * 1e-4;
+            let frames: Vec<Value> = (0..frames)
+                .map(|k| {
+                    let x = [s, 0.96 + k as f64 * 0.01, -0.24];
+                    json!({"step": k, "meta": {"pe": -76.0 - k as f64 * 0.1},
+                        "blocks": {"atoms": {"count": 3, "columns": {
+                            "x": {"dtype": "f64", "shape": [3], "values": x}}}}})
+                })
+                .collect();
+            json!({
+                "meta": {"n": r},
+                "system": {"blocks": {"atoms": {"count": 3, "columns": {
+                    "element": {"dtype": "string", "shape": [3], "values": ["O", "H", "H"]}}}}},
+                "trajectory": {"frames": frames}
+            })
+        })
+        .collect();
+    json!({"meta": {"units": {"length": "angstrom", "energy": "kcal/mol"}}, "records": recs})
+}
