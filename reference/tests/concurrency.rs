@@ -13,30 +13,20 @@
 
 mod common;
 
-use common::{collection_json, Rng};
+use common::{
+    assert_second_writer_refused, collection_json, lock_path, report, scratch_dir, write_json_file,
+    Rng,
+};
 use molrec::lmdb::{write_collection, Reader, Writer, WriterOptions, MAX_READERS};
 use molrec::model_json::{collection_from_json, collection_to_json, record_to_json};
 use molrec::{Clause, Error};
 use serde_json::Value;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 const MREC: &str = env!("CARGO_BIN_EXE_mrec");
-
-/// Writes a line to the real stderr (libtest captures `eprintln!`, not this).
-fn report(line: &str) {
-    let _ = writeln!(std::io::stderr(), "{line}");
-}
-
-fn scratch_dir(what: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("molrec-{what}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 fn spawn_write(model: &Path, out: &Path, extra: &[&str]) -> Child {
     Command::new(MREC)
@@ -70,11 +60,7 @@ fn sixty_four_reader_threads_share_one_reader_while_another_process_writes() {
 
     // The file another process writes meanwhile.
     let model = dir.join("other.json");
-    std::fs::write(
-        &model,
-        serde_json::to_vec(&collection_json(3000, 4, 1.0)).unwrap(),
-    )
-    .unwrap();
+    write_json_file(&model, &collection_json(3000, 4, 1.0));
     let other = dir.join("other.mrec.lmdb");
     let mut child = spawn_write(&model, &other, &[]);
 
@@ -194,7 +180,7 @@ fn a_second_writer_is_refused_in_process_and_across_processes() {
     let dir = scratch_dir("concurrency-writers");
     let small = collection_json(2, 2, 0.0);
     let small_model = dir.join("small.json");
-    std::fs::write(&small_model, serde_json::to_vec(&small).unwrap()).unwrap();
+    write_json_file(&small_model, &small);
 
     // In process holds the file; another process tries, with and without --overwrite.
     let path = dir.join("held.mrec.lmdb");
@@ -214,29 +200,14 @@ fn a_second_writer_is_refused_in_process_and_across_processes() {
         assert!(stderr.contains(Clause::WriterExclusive.id()), "{stderr}");
     }
     // And in process: a second Writer on the same path.
-    match Writer::create(
-        &path,
-        header.clone(),
-        WriterOptions {
-            overwrite: true,
-            ..WriterOptions::default()
-        },
-    ) {
-        Err(e @ Error::Busy(_)) => assert_eq!(e.clause(), Some(Clause::WriterExclusive)),
-        Err(e) => panic!("expected busy, got {e}"),
-        Ok(_) => panic!("two writers on one file"),
-    }
+    assert_second_writer_refused(&path, header.clone());
     drop(first);
 
     // A process holds the file; this process and a third process try.
     let mut records = 20_000;
     loop {
         let model = dir.join(format!("big{records}.json"));
-        std::fs::write(
-            &model,
-            serde_json::to_vec(&collection_json(records, 4, 0.0)).unwrap(),
-        )
-        .unwrap();
+        write_json_file(&model, &collection_json(records, 4, 0.0));
         let path = dir.join(format!("busy{records}.mrec.lmdb"));
         let mut writer = spawn_write(&model, &path, &[]);
         // Wait until LMDB has initialized the file: the writer's lock is held by then.
@@ -393,6 +364,23 @@ fn read_only_inner() {
     );
 }
 
+/// `medium/data.mrec.lmdb` holding 50 records, and what it reads as on
+/// ordinary media. Reading creates the lock file; it is removed, so the
+/// medium carries the data file only.
+fn collection_on_medium(medium: &Path) -> (PathBuf, Value) {
+    std::fs::create_dir_all(medium).unwrap();
+    let file = medium.join("data.mrec.lmdb");
+    write_collection(
+        &file,
+        collection_from_json(&collection_json(50, 3, 0.0)).unwrap(),
+        WriterOptions::default(),
+    )
+    .unwrap();
+    let expected = collection_to_json(&Reader::open(&file).unwrap().read_collection().unwrap());
+    std::fs::remove_file(lock_path(&file)).unwrap();
+    (file, expected)
+}
+
 /// A committed file on a read-only medium reads back whole, without a lock
 /// file. Uses a read-only bind mount inside a private mount namespace
 /// (`unshare -m`, needs CAP_SYS_ADMIN); falls back to a user namespace
@@ -405,21 +393,10 @@ fn a_file_on_read_only_media_is_read_without_a_lock_file() {
     let dir = scratch_dir("readonly");
     let src = dir.join("medium");
     let mount = dir.join("mnt");
-    std::fs::create_dir_all(&src).unwrap();
     std::fs::create_dir_all(&mount).unwrap();
-    let file = src.join("data.mrec.lmdb");
-    write_collection(
-        &file,
-        collection_from_json(&collection_json(50, 3, 0.0)).unwrap(),
-        WriterOptions::default(),
-    )
-    .unwrap();
-    // What it reads as on ordinary media (this creates the lock file; remove it
-    // so the read-only medium carries the data file only).
-    let expected = collection_to_json(&Reader::open(&file).unwrap().read_collection().unwrap());
-    let _ = std::fs::remove_file(src.join("data.mrec.lmdb-lock"));
+    let (_, expected) = collection_on_medium(&src);
     let expected_path = dir.join("expected.json");
-    std::fs::write(&expected_path, serde_json::to_vec(&expected).unwrap()).unwrap();
+    write_json_file(&expected_path, &expected);
 
     let exe = std::env::current_exe().unwrap();
     let spec = format!(
@@ -505,16 +482,7 @@ fn a_file_in_an_immutable_directory_is_read_through_the_no_lock_fallback() {
     }
     let dir = scratch_dir("immutable");
     let medium = dir.join("medium");
-    std::fs::create_dir_all(&medium).unwrap();
-    let file = medium.join("data.mrec.lmdb");
-    write_collection(
-        &file,
-        collection_from_json(&collection_json(50, 3, 0.0)).unwrap(),
-        WriterOptions::default(),
-    )
-    .unwrap();
-    let expected = collection_to_json(&Reader::open(&file).unwrap().read_collection().unwrap());
-    std::fs::remove_file(medium.join("data.mrec.lmdb-lock")).unwrap();
+    let (file, expected) = collection_on_medium(&medium);
     if let Err(e) = run(Command::new("chattr").arg("+i").arg(&medium)) {
         report(&format!(
             "readonly: immutable-directory variant SKIPPED: {e}"
@@ -561,11 +529,7 @@ fn a_file_in_an_immutable_directory_is_read_through_the_no_lock_fallback() {
 fn a_file_opened_while_its_writer_commits_is_uncommitted_never_truncated() {
     let dir = scratch_dir("concurrency-growing");
     let model = dir.join("big.json");
-    std::fs::write(
-        &model,
-        serde_json::to_vec(&collection_json(10_000, 4, 0.0)).unwrap(),
-    )
-    .unwrap();
+    write_json_file(&model, &collection_json(10_000, 4, 0.0));
     let path = dir.join("growing.mrec.lmdb");
     let mut writer = spawn_write(&model, &path, &[]);
     let (mut absent, mut uncommitted, mut complete) = (0u64, 0u64, 0u64);

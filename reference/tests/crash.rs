@@ -12,35 +12,16 @@
 
 mod common;
 
-use common::{collection_json, Rng};
+use common::{collection_json, lock_path, report, scratch_dir, write_json_file, Rng};
 use molrec::lmdb::{Reader, MAX_READERS};
 use molrec::model_json::{collection_from_json, collection_to_json};
 use molrec::Error;
 use serde_json::Value;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const MREC: &str = env!("CARGO_BIN_EXE_mrec");
-
-/// Writes a line to the real stderr (libtest captures `eprintln!`, not this).
-fn report(line: &str) {
-    let _ = writeln!(std::io::stderr(), "{line}");
-}
-
-fn scratch_dir(what: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("molrec-{what}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn lock_path(path: &Path) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push("-lock");
-    PathBuf::from(s)
-}
 
 fn mrec_write(model: &Path, out: &Path, batch_bytes: usize) -> Command {
     let mut c = Command::new(MREC);
@@ -81,7 +62,7 @@ fn a_killed_writer_leaves_an_uncommitted_file_or_the_whole_collection() {
     let dir = scratch_dir("crash");
     let source = collection_json(3000, 4, 0.0);
     let model = dir.join("collection.json");
-    std::fs::write(&model, serde_json::to_vec(&source).unwrap()).unwrap();
+    write_json_file(&model, &source);
     let in_memory = collection_from_json(&source).unwrap();
 
     // The uninterrupted write: its duration, when its file appears, what it reads back as.
@@ -252,11 +233,7 @@ fn a_file_left_empty_by_a_killed_writer_is_uncommitted() {
 fn a_truncated_download_is_refused_without_a_crash() {
     let dir = scratch_dir("crash-truncated");
     let model = dir.join("collection.json");
-    std::fs::write(
-        &model,
-        serde_json::to_vec(&collection_json(300, 4, 0.0)).unwrap(),
-    )
-    .unwrap();
+    write_json_file(&model, &collection_json(300, 4, 0.0));
     let full = dir.join("full.mrec.lmdb");
     let status = mrec_write(&model, &full, 65536).status().unwrap();
     assert!(status.success());

@@ -1,5 +1,8 @@
 //! Frame bytes: round trips of every dtype, alignment, views, and every refusal.
 
+mod common;
+
+use common::frame_value;
 use molrec::frame_bytes::{
     decode, decode_fast, decode_reference, decode_update, encode, BlocksMemo, ColumnBytes,
     FrameInfo, FrameRef, Update, MAX_HEADER_LEN,
@@ -444,12 +447,7 @@ fn views_need_real_alignment() {
 
 /// A value from a header text and payload bytes (header length patched in).
 fn value_of(header: &str, payload: &[u8]) -> Vec<u8> {
-    let mut v = b"MRF1".to_vec();
-    v.extend_from_slice(&(header.len() as u32).to_le_bytes());
-    v.extend_from_slice(header.as_bytes());
-    v.resize(v.len().next_multiple_of(8), 0);
-    v.extend_from_slice(payload);
-    v
+    frame_value(header.as_bytes(), payload)
 }
 
 fn refused(value: &[u8]) -> Clause {
@@ -1206,12 +1204,7 @@ fn consecutive_updates_reuse_their_blocks() {
 /// A value with its header text replaced (payload kept).
 fn with_header(value: &[u8], header: &[u8]) -> Vec<u8> {
     let (payload, _) = header_of(value);
-    let mut v = b"MRF1".to_vec();
-    v.extend_from_slice(&(header.len() as u32).to_le_bytes());
-    v.extend_from_slice(header);
-    v.resize(v.len().next_multiple_of(8), 0);
-    v.extend_from_slice(&value[payload..]);
-    v
+    frame_value(header, &value[payload..])
 }
 
 #[test]

@@ -12,6 +12,9 @@
 //! counting global allocator (asserted to stay within a small multiple of
 //! the input's own size).
 
+mod common;
+
+use common::{f64col, frame_value, report, scratch_file};
 use heed::types::Bytes;
 use heed::{Database, EnvFlags, EnvOpenOptions};
 use molrec::frame_bytes::{decode, MAX_HEADER_LEN};
@@ -21,7 +24,6 @@ use molrec::{Clause, Error};
 use serde_json::{json, Value};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -98,11 +100,6 @@ fn measure<T>(f: impl FnOnce() -> T) -> (T, Cost) {
     (out, cost)
 }
 
-/// Writes a line to the real stderr (libtest captures `eprintln!`, not this).
-fn report(line: &str) {
-    let _ = writeln!(std::io::stderr(), "{line}");
-}
-
 /// Generous bounds: a hostile value is refused in well under 100 ms in a
 /// release build; 2 s leaves room for a loaded CI machine and debug builds.
 const TIME_LIMIT: Duration = Duration::from_secs(2);
@@ -117,16 +114,6 @@ fn allocation_bound(len: usize) -> usize {
 // ---------------------------------------------------------------------------
 // Frame values built by hand
 // ---------------------------------------------------------------------------
-
-/// `"MRF1"`, the header length, the header, zero padding to 8, the payload.
-fn frame_value(header: &[u8], payload: &[u8]) -> Vec<u8> {
-    let mut v = b"MRF1".to_vec();
-    v.extend_from_slice(&(header.len() as u32).to_le_bytes());
-    v.extend_from_slice(header);
-    v.resize(v.len().next_multiple_of(8), 0);
-    v.extend_from_slice(payload);
-    v
-}
 
 fn frame_json(header: &Value, payload: &[u8]) -> Vec<u8> {
     frame_value(&serde_json::to_vec(header).unwrap(), payload)
@@ -475,19 +462,6 @@ fn a_header_of_max_header_len_is_parsed_within_bounds() {
 // File level: committed files edited through heed
 // ---------------------------------------------------------------------------
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("molrec-hostile-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{name}.mrec.lmdb"));
-    let _ = std::fs::remove_file(&path);
-    let _ = std::fs::remove_file(dir.join(format!("{name}.mrec.lmdb-lock")));
-    path
-}
-
-fn f64col(values: &[f64]) -> Value {
-    json!({"dtype": "f64", "shape": [values.len()], "values": values})
-}
-
 /// Records with a 3-atom system and three trajectory frames each.
 fn water_collection(records: usize) -> Value {
     let recs: Vec<Value> = (0..records)
@@ -513,7 +487,7 @@ fn water_collection(records: usize) -> Value {
 }
 
 fn base_file(name: &str) -> PathBuf {
-    let path = scratch(name);
+    let path = scratch_file("hostile", name);
     write_collection(
         &path,
         collection_from_json(&water_collection(3)).unwrap(),

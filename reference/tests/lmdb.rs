@@ -1,26 +1,16 @@
 //! The LMDB binding through real files: writer, reader, refusals of files
 //! broken by hand with raw heed writes.
 
+mod common;
+
+use common::{assert_second_writer_refused, f64col, scratch_file};
 use heed::types::Bytes;
 use heed::{Database, EnvFlags, EnvOpenOptions};
 use molrec::lmdb::{frame_key, write_collection, Reader, Writer, WriterOptions};
 use molrec::model_json::{collection_from_json, collection_to_json};
 use molrec::{Clause, Error};
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("molrec-lmdb-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{name}.mrec.lmdb"));
-    let _ = std::fs::remove_file(&path);
-    let _ = std::fs::remove_file(dir.join(format!("{name}.mrec.lmdb-lock")));
-    path
-}
-
-fn f64col(values: &[f64]) -> Value {
-    json!({"dtype": "f64", "shape": [values.len()], "values": values})
-}
+use std::path::Path;
 
 fn atoms(x: &[f64]) -> Value {
     json!({"count": x.len(), "columns": {"x": f64col(x), "y": f64col(&vec![0.0; x.len()]), "z": f64col(&vec![0.0; x.len()])}})
@@ -57,7 +47,7 @@ fn update_blocks(reader: &Reader, j: u64) -> Vec<String> {
 
 #[test]
 fn unchanged_blocks_are_not_restated_and_carry_forward_never_crosses_records() {
-    let path = scratch("carry");
+    let path = scratch_file("lmdb-test", "carry");
     write_json(&path, &water_collection(2), WriterOptions::default()).unwrap();
     let reader = Reader::open(&path).unwrap();
     // Record 0: frame 1 repeats frame 0 bit for bit, so it holds no block.
@@ -84,7 +74,7 @@ fn a_first_frame_restates_even_an_identical_block() {
     {
         f["blocks"] = last.clone();
     }
-    let path = scratch("restate");
+    let path = scratch_file("lmdb-test", "restate");
     write_json(&path, &c, WriterOptions::default()).unwrap();
     let reader = Reader::open(&path).unwrap();
     assert_eq!(update_blocks(&reader, 3), vec!["atoms"]);
@@ -94,7 +84,7 @@ fn a_first_frame_restates_even_an_identical_block() {
 #[test]
 fn many_small_transactions_read_back_whole() {
     let c = water_collection(50);
-    let path = scratch("batches");
+    let path = scratch_file("lmdb-test", "batches");
     write_json(
         &path,
         &c,
@@ -107,7 +97,7 @@ fn many_small_transactions_read_back_whole() {
     let back = Reader::open(&path).unwrap().read_collection().unwrap();
     assert_eq!(back.records.len(), 50);
     let once = collection_to_json(&back);
-    let path2 = scratch("batches-again");
+    let path2 = scratch_file("lmdb-test", "batches-again");
     write_collection(
         &path2,
         collection_from_json(&once).unwrap(),
@@ -120,7 +110,7 @@ fn many_small_transactions_read_back_whole() {
 
 #[test]
 fn a_writer_that_never_finishes_leaves_an_uncommitted_file() {
-    let path = scratch("uncommitted");
+    let path = scratch_file("lmdb-test", "uncommitted");
     let c = collection_from_json(&water_collection(20)).unwrap();
     let mut writer = Writer::create(
         &path,
@@ -144,27 +134,16 @@ fn a_writer_that_never_finishes_leaves_an_uncommitted_file() {
 
 #[test]
 fn a_second_writer_on_the_same_file_is_refused() {
-    let path = scratch("busy");
+    let path = scratch_file("lmdb-test", "busy");
     let c = collection_from_json(&water_collection(1)).unwrap();
     let first = Writer::create(&path, c.header.clone(), WriterOptions::default()).unwrap();
-    match Writer::create(
-        &path,
-        c.header.clone(),
-        WriterOptions {
-            overwrite: true,
-            ..WriterOptions::default()
-        },
-    ) {
-        Err(e @ Error::Busy(_)) => assert_eq!(e.clause(), Some(Clause::WriterExclusive)),
-        Err(e) => panic!("expected busy, got {e}"),
-        Ok(_) => panic!("two writers on one file"),
-    }
+    assert_second_writer_refused(&path, c.header.clone());
     drop(first);
 }
 
 #[test]
 fn an_existing_file_is_not_overwritten_by_default() {
-    let path = scratch("exists");
+    let path = scratch_file("lmdb-test", "exists");
     write_json(&path, &water_collection(1), WriterOptions::default()).unwrap();
     assert!(matches!(
         write_json(&path, &water_collection(1), WriterOptions::default()),
@@ -326,7 +305,7 @@ fn reader_refuses_bad_meta() {
         ),
     ];
     for (name, change, clause) in cases {
-        let path = scratch(&format!("meta-{name}"));
+        let path = scratch_file("lmdb-test", &format!("meta-{name}"));
         write_json(&path, &water_collection(2), WriterOptions::default()).unwrap();
         set_meta(&path, change);
         assert_eq!(open_clause(&path), clause, "case {name}");
@@ -335,21 +314,21 @@ fn reader_refuses_bad_meta() {
 
 #[test]
 fn reader_refuses_missing_meta_and_missing_frames() {
-    let path = scratch("no-meta");
+    let path = scratch_file("lmdb-test", "no-meta");
     write_json(&path, &water_collection(2), WriterOptions::default()).unwrap();
     edit(&path, |_, db, txn| {
         db.delete(txn, b"meta").unwrap();
     });
     assert_eq!(open_clause(&path), Clause::MetaRequired);
 
-    let path = scratch("missing-frame");
+    let path = scratch_file("lmdb-test", "missing-frame");
     write_json(&path, &water_collection(2), WriterOptions::default()).unwrap();
     edit(&path, |_, db, txn| {
         db.delete(txn, &frame_key(4)).unwrap();
     });
     assert_eq!(open_clause(&path), Clause::FrameMissing);
 
-    let path = scratch("bad-magic");
+    let path = scratch_file("lmdb-test", "bad-magic");
     write_json(&path, &water_collection(2), WriterOptions::default()).unwrap();
     edit(&path, |_, db, txn| {
         let mut v = db.get(txn, &frame_key(0)).unwrap().unwrap().to_vec();
@@ -358,7 +337,7 @@ fn reader_refuses_missing_meta_and_missing_frames() {
     });
     assert_eq!(open_clause(&path), Clause::FrameMagic);
 
-    let path = scratch("bad-record-meta");
+    let path = scratch_file("lmdb-test", "bad-record-meta");
     write_json(&path, &water_collection(2), WriterOptions::default()).unwrap();
     edit(&path, |_, db, txn| {
         db.put(txn, &molrec::lmdb::record_key(1), b"[1, 2]")
@@ -369,7 +348,7 @@ fn reader_refuses_missing_meta_and_missing_frames() {
 
 #[test]
 fn an_aligned_offset_view_is_zero_copy_and_matches_the_owned_copy() {
-    let path = scratch("views");
+    let path = scratch_file("lmdb-test", "views");
     write_json(&path, &water_collection(3), WriterOptions::default()).unwrap();
     let reader = Reader::open(&path).unwrap();
     let owned = reader.record(1).unwrap();
@@ -418,7 +397,7 @@ fn dump_write_dump_is_byte_stable_for_every_fixture() {
                 continue;
             };
             let name = path.file_stem().unwrap().to_string_lossy().into_owned();
-            let first = scratch(&format!("stable-{name}-1"));
+            let first = scratch_file("lmdb-test", &format!("stable-{name}-1"));
             if write_collection(&first, collection, WriterOptions::default()).is_err() {
                 continue; // a write-refusal fixture
             }
@@ -427,7 +406,7 @@ fn dump_write_dump_is_byte_stable_for_every_fixture() {
                 serde_json::to_string_pretty(&collection_to_json(&c)).unwrap()
             };
             let once = dump(&first);
-            let second = scratch(&format!("stable-{name}-2"));
+            let second = scratch_file("lmdb-test", &format!("stable-{name}-2"));
             write_collection(
                 &second,
                 molrec::model_json::collection_from_str(&once).unwrap(),
@@ -447,7 +426,7 @@ fn dump_write_dump_is_byte_stable_for_every_fixture() {
 /// are the binding's, in its order, whatever order they were written in.
 #[test]
 fn keys_are_appended_in_order_and_leaf_pages_fill_up() {
-    let path = scratch("append-order");
+    let path = scratch_file("lmdb-test", "append-order");
     write_json(
         &path,
         &water_collection(400),
@@ -507,7 +486,7 @@ fn keys_are_appended_in_order_and_leaf_pages_fill_up() {
 /// finishes or is dropped.
 #[test]
 fn a_writer_leaves_no_file_but_the_collection_and_its_lock() {
-    let dir = scratch("spill-dir");
+    let dir = scratch_file("lmdb-test", "spill-dir");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let listing = || {
@@ -570,7 +549,7 @@ fn a_derived_declaration_refuses_at_the_frame_and_column() {
             ]}}
         ]
     });
-    let path = scratch("derived-refusal");
+    let path = scratch_file("lmdb-test", "derived-refusal");
     match write_json(&path, &c, WriterOptions::default()) {
         Err(Error::Refused { clause, at, .. }) => {
             assert_eq!(clause, Clause::BlockColumnSetStable);

@@ -27,7 +27,7 @@
 
 mod common;
 
-use common::Rng;
+use common::{frame_value, lock_path, report, scratch_dir, Rng};
 use heed::types::Bytes;
 use heed::{Database, EnvFlags, EnvOpenOptions};
 use molrec::frame_bytes::{decode, encode, ColumnBytes, FrameInfo};
@@ -38,7 +38,6 @@ use molrec::typed_json::MetaTag;
 use molrec::{DType, Error};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -70,11 +69,6 @@ fn seed() -> u64 {
         .ok()
         .and_then(|s| s.parse::<u64>().ok())
         .unwrap_or(SEED)
-}
-
-/// Writes a line to the real stderr (libtest captures `eprintln!`, not this).
-fn report(line: &str) {
-    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 fn workspace() -> PathBuf {
@@ -220,19 +214,6 @@ type Db = Database<Bytes, Bytes>;
 struct Base {
     name: String,
     kvs: Kvs,
-}
-
-fn scratch_dir(what: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("molrec-{what}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn lock_path(path: &Path) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push("-lock");
-    PathBuf::from(s)
 }
 
 fn remove_file_and_lock(path: &Path) {
@@ -737,16 +718,6 @@ fn mutate_json_bytes(bytes: &[u8], rng: &mut Rng) -> Vec<u8> {
 // ---------------------------------------------------------------------------
 // Frame value mutation
 // ---------------------------------------------------------------------------
-
-/// `"MRF1"`, the header length, the header, zero padding to 8, the payload.
-fn frame_value(header: &[u8], payload: &[u8]) -> Vec<u8> {
-    let mut v = b"MRF1".to_vec();
-    v.extend_from_slice(&(header.len() as u32).to_le_bytes());
-    v.extend_from_slice(header);
-    v.resize(v.len().next_multiple_of(8), 0);
-    v.extend_from_slice(payload);
-    v
-}
 
 /// The header bytes and the payload of a well-formed value.
 fn split(value: &[u8]) -> Option<(&[u8], &[u8])> {
@@ -1401,6 +1372,28 @@ struct Tally {
 }
 
 impl Tally {
+    /// What every mutation run asserts: the mutator never panicked, enough
+    /// trials ran (at scale 1), nothing panicked, every error was a refusal
+    /// (no i/o or LMDB error) and no trial took too long.
+    fn assert_clean(&self, mutator_panics: u64, min_trials: u64, summary: &str) {
+        assert_eq!(
+            mutator_panics, 0,
+            "the test's own mutator panicked\n{summary}"
+        );
+        assert!(self.trials >= min_trials || scale() < 1.0, "{summary}");
+        assert!(
+            self.panics.is_empty(),
+            "panics: {:#?}\n{summary}",
+            self.panics
+        );
+        assert!(
+            self.io == 0 && self.lmdb.is_empty(),
+            "an i/o or LMDB error instead of a refusal: {:?}\n{summary}",
+            self.lmdb
+        );
+        assert!(self.max_time < SLOW_LIMIT, "{summary}");
+    }
+
     fn refused(&self) -> u64 {
         self.by_clause.values().sum()
     }
@@ -1414,11 +1407,20 @@ impl Tally {
             },
         }
     }
-    fn time(&mut self, op: u64, t: Duration) {
-        if t > self.max_time {
-            self.max_time = t;
+    /// Runs trial `op` under the watchdog (see [`trial`]), counting it and
+    /// keeping the slowest time.
+    fn timed_trial<T>(&mut self, watchdog: &Watchdog, op: u64, f: impl FnOnce() -> T) -> Option<T> {
+        watchdog.begin(op);
+        let start = Instant::now();
+        let outcome = trial(f);
+        let elapsed = start.elapsed();
+        watchdog.end();
+        self.trials += 1;
+        if elapsed > self.max_time {
+            self.max_time = elapsed;
             self.max_at = op;
         }
+        outcome
     }
     fn clauses(&self) -> String {
         self.by_clause
@@ -1509,13 +1511,7 @@ fn mutated_frame_values_never_panic() {
                 mutator_panics += 1;
                 continue;
             };
-            watchdog.begin(op);
-            let t = Instant::now();
-            let outcome = trial(|| check_value(&mutated));
-            let elapsed = t.elapsed();
-            watchdog.end();
-            tally.trials += 1;
-            tally.time(op, elapsed);
+            let outcome = tally.timed_trial(&watchdog, op, || check_value(&mutated));
             match outcome {
                 None => {
                     let path = save_failure(&format!("value-{seed}-{op}.bin"), &mutated);
@@ -1569,27 +1565,12 @@ fn mutated_frame_values_never_panic() {
     for p in tally.invariants.iter().take(10) {
         report(&format!("  INVARIANT {p}"));
     }
-    assert_eq!(
-        mutator_panics, 0,
-        "the test's own mutator panicked\n{summary}"
-    );
-    assert!(tally.trials >= 200_000 || scale() < 1.0, "{summary}");
-    assert!(
-        tally.panics.is_empty(),
-        "panics: {:#?}\n{summary}",
-        tally.panics
-    );
+    tally.assert_clean(mutator_panics, 200_000, &summary);
     assert!(
         tally.invariants.is_empty(),
         "invariants broken: {:#?}\n{summary}",
         tally.invariants
     );
-    assert!(
-        tally.io == 0 && tally.lmdb.is_empty(),
-        "decode returned an error other than a refusal: {:?}\n{summary}",
-        tally.lmdb
-    );
-    assert!(tally.max_time < SLOW_LIMIT, "{summary}");
 }
 
 // ---------------------------------------------------------------------------
@@ -2156,13 +2137,7 @@ fn mutated_files_never_panic() {
             remove_file_and_lock(&path);
             continue;
         }
-        watchdog.begin(op);
-        let t = Instant::now();
-        let outcome = trial(|| read_everything(&path));
-        let elapsed = t.elapsed();
-        watchdog.end();
-        tally.trials += 1;
-        tally.time(op, elapsed);
+        let outcome = tally.timed_trial(&watchdog, op, || read_everything(&path));
         match outcome {
             None => {
                 let bytes = std::fs::read(&path).unwrap_or_default();
@@ -2297,22 +2272,7 @@ fn mutated_files_never_panic() {
     if only.is_some() {
         return;
     }
-    assert_eq!(
-        mutator_panics, 0,
-        "the test's own mutator panicked\n{summary}"
-    );
-    assert!(tally.trials >= 2_000 || scale() < 1.0, "{summary}");
-    assert!(
-        tally.panics.is_empty(),
-        "panics: {:#?}\n{summary}",
-        tally.panics
-    );
-    assert!(
-        tally.io == 0 && tally.lmdb.is_empty(),
-        "a read ended in an i/o or LMDB error instead of a refusal: {:?}\n{summary}",
-        tally.lmdb
-    );
-    assert!(tally.max_time < SLOW_LIMIT, "{summary}");
+    tally.assert_clean(mutator_panics, 2_000, &summary);
     assert!(
         roundtrip_failures.is_empty(),
         "the reader accepted files a writer refuses or reads differently: {roundtrip_kinds:#?}\n\

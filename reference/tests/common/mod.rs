@@ -77,3 +77,73 @@ pub fn collection_json(records: usize, frames: usize, shift: f64) -> Value {
         .collect();
     json!({"meta": {"units": {"length": "angstrom", "energy": "kcal/mol"}}, "records": recs})
 }
+
+/// Writes a line to the real stderr (libtest captures `eprintln!`, not this).
+pub fn report(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// A fresh, empty directory for this process: `molrec-<what>-<pid>`.
+pub fn scratch_dir(what: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("molrec-{what}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `<name>.mrec.lmdb` in this process's `molrec-<what>-<pid>` directory,
+/// with no file or lock file there yet (the directory is kept: tests of one
+/// binary share it).
+pub fn scratch_file(what: &str, name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("molrec-{what}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{name}.mrec.lmdb"));
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(lock_path(&path));
+    path
+}
+
+/// LMDB's lock file beside `path`.
+pub fn lock_path(path: &std::path::Path) -> std::path::PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push("-lock");
+    std::path::PathBuf::from(s)
+}
+
+/// An f64 column of canonical JSON.
+pub fn f64col(values: &[f64]) -> Value {
+    json!({"dtype": "f64", "shape": [values.len()], "values": values})
+}
+
+/// `"MRF1"`, the header length, the header, zero padding to 8, the payload.
+pub fn frame_value(header: &[u8], payload: &[u8]) -> Vec<u8> {
+    let mut v = b"MRF1".to_vec();
+    v.extend_from_slice(&(header.len() as u32).to_le_bytes());
+    v.extend_from_slice(header);
+    v.resize(v.len().next_multiple_of(8), 0);
+    v.extend_from_slice(payload);
+    v
+}
+
+/// A second `Writer` on `path`, while a first one holds it, is refused as
+/// busy (`lmdb.file.one-writer`), even when told to overwrite.
+pub fn assert_second_writer_refused(path: &std::path::Path, header: molrec::model::Header) {
+    use molrec::lmdb::{Writer, WriterOptions};
+    let options = WriterOptions {
+        overwrite: true,
+        ..WriterOptions::default()
+    };
+    match Writer::create(path, header, options) {
+        Err(e @ molrec::Error::Busy(_)) => {
+            assert_eq!(e.clause(), Some(molrec::Clause::WriterExclusive))
+        }
+        Err(e) => panic!("expected busy, got {e}"),
+        Ok(_) => panic!("two writers on one file"),
+    }
+}
+
+/// Writes `value` as a JSON file (a model for `mrec write`, an expectation).
+pub fn write_json_file(path: &std::path::Path, value: &Value) {
+    std::fs::write(path, serde_json::to_vec(value).unwrap()).unwrap();
+}
