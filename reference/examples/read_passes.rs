@@ -6,8 +6,14 @@
 //! cargo run --release --example read_passes -- /tmp/b/bench.mrec.lmdb views 5
 //! ```
 //!
-//! Paths: `owned` (`RecordTxn::record`), `views` (`for_each_frame`, every
-//! f64 column read in place or copied). Records are read in index order.
+//! Paths: `arrays` (`RecordTxn::record_arrays`), `owned` (`RecordTxn::record`),
+//! `views` (`for_each_frame`, every f64 column read in place or copied).
+//! Records are read in index order, or with `shuffled` in one fixed
+//! shuffled order (as `mrec bench` reads them).
+
+/// The allocator `mrec` runs with, so the profile is of what `mrec bench` measures.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use molrec::lmdb::Reader;
 use molrec::DType;
@@ -17,18 +23,37 @@ use std::time::Instant;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let [_, path, mode, passes] = &args[..] else {
-        return Err("usage: read_passes FILE owned|views PASSES".into());
+    let (path, mode, passes, shuffled) = match &args[..] {
+        [_, path, mode, passes] => (path, mode, passes, false),
+        [_, path, mode, passes, order] if order == "shuffled" => (path, mode, passes, true),
+        _ => return Err("usage: read_passes FILE arrays|owned|views PASSES [shuffled]".into()),
     };
     let passes: u32 = passes.parse()?;
     let reader = Reader::open(Path::new(path))?;
+    let mut order: Vec<u64> = (0..reader.n_records()).collect();
+    if shuffled {
+        // Fisher-Yates with a fixed SplitMix64 stream: the same order every run.
+        let mut state = 1u64;
+        for i in (1..order.len()).rev() {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            order.swap(i, ((z ^ (z >> 31)) % (i as u64 + 1)) as usize);
+        }
+    }
     let txn = reader.txn()?;
     let mut scratch = Vec::new();
     for pass in 0..passes {
         let start = Instant::now();
         let mut frames = 0u64;
-        for r in 0..reader.n_records() {
+        for &r in &order {
             match mode.as_str() {
+                "arrays" => {
+                    let record = txn.record_arrays(r)?;
+                    frames += record.trajectory.as_ref().map_or(0, |t| t.len()) as u64;
+                    black_box(record);
+                }
                 "owned" => {
                     let record = txn.record(r)?;
                     frames += record.trajectory.as_ref().map_or(0, |t| t.frames.len()) as u64;

@@ -8,6 +8,10 @@
 //! target/release/examples/write_profile RECORDS PATH BATCH_BYTES
 //! ```
 
+/// The allocator `mrec` runs with, so the profile is of what `mrec bench` measures.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use molrec::bench::{workload_header, workload_record};
 use molrec::lmdb::{Writer, WriterOptions};
 use std::collections::BTreeMap;

@@ -2087,56 +2087,11 @@ impl<'t> Scan<'t> {
         }
     }
 
-    /// A JSON number as `serde_json` reads it into a `Value`: an integer as
-    /// [`Scan::int_value`]; a real (a fraction or an exponent) through the
-    /// standard library's correctly rounded parse, which is `serde_json`'s
-    /// result with `float_roundtrip`, when finite (`serde_json` refuses an
-    /// out-of-range real); `None` for anything else.
+    /// A JSON number as `serde_json` reads it into a `Value` (see
+    /// [`json_number`]), after whitespace.
     fn number(&mut self) -> Option<Value> {
         self.ws();
-        let start = self.at;
-        let digits = |s: &mut Self| {
-            let from = s.at;
-            while s.bytes.get(s.at).is_some_and(u8::is_ascii_digit) {
-                s.at += 1;
-            }
-            s.at - from
-        };
-        if self.bytes.get(self.at) == Some(&b'-') {
-            self.at += 1;
-        }
-        let int_start = self.at;
-        let int_len = digits(self);
-        if int_len == 0 || (int_len > 1 && self.bytes[int_start] == b'0') {
-            return None;
-        }
-        let mut real = false;
-        if self.bytes.get(self.at) == Some(&b'.') {
-            self.at += 1;
-            if digits(self) == 0 {
-                return None;
-            }
-            real = true;
-        }
-        if matches!(self.bytes.get(self.at), Some(b'e' | b'E')) {
-            self.at += 1;
-            if matches!(self.bytes.get(self.at), Some(b'+' | b'-')) {
-                self.at += 1;
-            }
-            if digits(self) == 0 {
-                return None;
-            }
-            real = true;
-        }
-        if !real {
-            self.at = start;
-            return self.int_value();
-        }
-        let x: f64 = self.text.get(start..self.at)?.parse().ok()?;
-        if !x.is_finite() {
-            return None;
-        }
-        Some(Value::Number(serde_json::Number::from_f64(x)?))
+        json_number(self.bytes, &mut self.at)
     }
 
     /// Consumes the literal `word` (after whitespace), which must end there.
@@ -2151,6 +2106,150 @@ impl<'t> Scan<'t> {
         self.at = end;
         Some(())
     }
+}
+
+/// Powers of ten that are exact `f64`s.
+const EXACT_POWERS_OF_TEN: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+];
+
+/// `mantissa * 10^power` correctly rounded (to nearest, ties to even), for
+/// `|power| <= 21`; `None` outside what it computes exactly.
+///
+/// - `mantissa <= 2^53` and `|power| <= 22`: both are exact `f64`s, and one
+///   IEEE multiplication or division rounds their product or quotient
+///   correctly (Clinger's fast path).
+/// - `power >= 0`: the product is an exact `u128` (when it fits), and
+///   `u128 as f64` rounds to nearest, ties to even.
+/// - `power < 0`: the mantissa shifted to fill 128 bits, divided by
+///   `10^-power` (at most 2^70): the quotient has at least 57 bits, and a
+///   non-zero remainder is folded into its lowest bit, below the rounding
+///   bit, so `as f64` rounds the quotient as it would the exact value; the
+///   shift is then undone by an exact power of two (the value is a normal
+///   number: at least 10^-21).
+fn exact_decimal(mantissa: u64, power: i64) -> Option<f64> {
+    if mantissa == 0 {
+        return Some(0.0);
+    }
+    if mantissa <= 1 << 53 && (-22..=22).contains(&power) {
+        let m = mantissa as f64;
+        let p = EXACT_POWERS_OF_TEN[power.unsigned_abs() as usize];
+        return Some(if power < 0 { m / p } else { m * p });
+    }
+    if !(-21..=21).contains(&power) {
+        return None;
+    }
+    let ten = 10u128.pow(power.unsigned_abs() as u32);
+    if power >= 0 {
+        return Some(u128::from(mantissa).checked_mul(ten)? as f64);
+    }
+    let shift = mantissa.leading_zeros() + 64;
+    let scaled = u128::from(mantissa) << shift;
+    let (q, r) = (scaled / ten, scaled % ten);
+    let q = q | u128::from(r != 0);
+    // 2^-shift, shift <= 127: an exact power of two.
+    let unscale = f64::from_bits((1023 - u64::from(shift)) << 52);
+    Some(q as f64 * unscale)
+}
+
+/// The JSON number at `bytes[*at..]` as `serde_json` reads it into a
+/// `Value`, moving `at` past it: an integer as [`Scan::int_value`] reads it
+/// (`-0` and integers beyond `i64`/`u64` are left to the slow path); a real
+/// (a fraction or an exponent), when finite, correctly rounded as
+/// `serde_json` with `float_roundtrip` rounds it (`serde_json` refuses an
+/// out-of-range real). `None`, `at` unchanged, for anything else.
+///
+/// A real of at most 19 digits with a decimal exponent within 21 is read
+/// exactly by [`exact_decimal`]; any other goes through the standard
+/// library's parse.
+fn json_number(bytes: &[u8], at: &mut usize) -> Option<Value> {
+    let start = *at;
+    let mut i = start;
+    let negative = bytes.get(i) == Some(&b'-');
+    if negative {
+        i += 1;
+    }
+    let mut mantissa = 0u64;
+    let mut digits = |i: &mut usize| {
+        let from = *i;
+        while let Some(&c) = bytes.get(*i).filter(|c| c.is_ascii_digit()) {
+            mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(c - b'0'));
+            *i += 1;
+        }
+        *i - from
+    };
+    let int_start = i;
+    let int_len = digits(&mut i);
+    if int_len == 0 || (int_len > 1 && bytes[int_start] == b'0') {
+        return None;
+    }
+    let mut frac_len = 0usize;
+    let mut real = false;
+    if bytes.get(i) == Some(&b'.') {
+        i += 1;
+        frac_len = digits(&mut i);
+        if frac_len == 0 {
+            return None;
+        }
+        real = true;
+    }
+    let mut exponent = 0i64;
+    if matches!(bytes.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        let minus = match bytes.get(i) {
+            Some(b'-') => {
+                i += 1;
+                true
+            }
+            Some(b'+') => {
+                i += 1;
+                false
+            }
+            _ => false,
+        };
+        let from = i;
+        while let Some(&c) = bytes.get(i).filter(|c| c.is_ascii_digit()) {
+            exponent = (exponent * 10 + i64::from(c - b'0')).min(1 << 40);
+            i += 1;
+        }
+        if i == from {
+            return None;
+        }
+        if minus {
+            exponent = -exponent;
+        }
+        real = true;
+    }
+    if !real {
+        // What `Scan::int_value` gives: the digits as a u64 (checked), and
+        // a negative one as an i64.
+        let mut scan = Scan {
+            text: "",
+            bytes,
+            at: start,
+        };
+        let value = scan.int_value()?;
+        *at = scan.at;
+        return Some(value);
+    }
+    let power = exponent - frac_len as i64;
+    let x = match (int_len + frac_len <= 19)
+        .then(|| exact_decimal(mantissa, power))
+        .flatten()
+    {
+        Some(x) if negative => -x,
+        Some(x) => x,
+        None => std::str::from_utf8(bytes.get(start..i)?)
+            .ok()?
+            .parse()
+            .ok()?,
+    };
+    if !x.is_finite() {
+        return None;
+    }
+    *at = i;
+    Some(Value::Number(serde_json::Number::from_f64(x)?))
 }
 
 /// Stores a field the first time; `None` (give up) on a repeated key.
@@ -2263,19 +2362,31 @@ pub fn decode_update<'a>(value: &'a [u8], memo: &mut BlocksMemo) -> Result<Updat
     // `header_bytes` checked payload_start <= value.len().
     let payload = value.get(payload_start..).unwrap_or_default();
     if memo.usable && payload.len() == memo.payload_len {
-        // Only the text after the known blocks is scanned (and checked to be
-        // UTF-8: the known text was, as part of an accepted header).
         let rest = header
             .strip_prefix(BLOCKS_FIRST)
-            .and_then(|h| h.strip_prefix(memo.text.as_slice()))
-            .and_then(|rest| std::str::from_utf8(rest).ok());
+            .and_then(|h| h.strip_prefix(memo.text.as_slice()));
         if let Some(rest) = rest {
-            let recycled = Some(std::mem::take(&mut memo.recycled));
-            if let Some(frame) = scan_header(value, rest, payload_start, true, recycled) {
-                return Ok(Update::SameBlocks {
-                    payload,
-                    info: frame.info,
-                });
+            let mut meta = std::mem::take(&mut memo.recycled);
+            // The tail the encoder writes, read in one pass; anything else
+            // goes to the scanner (the known blocks text was UTF-8, as part
+            // of an accepted header; the rest is checked here).
+            if let Some((step, time)) = update_tail(rest, &mut meta) {
+                let info = FrameInfo {
+                    meta,
+                    meta_types: None,
+                    step: Some(step),
+                    time,
+                    cell: None,
+                };
+                return Ok(Update::SameBlocks { payload, info });
+            }
+            if let Ok(rest) = std::str::from_utf8(rest) {
+                if let Some(frame) = scan_header(value, rest, payload_start, true, Some(meta)) {
+                    return Ok(Update::SameBlocks {
+                        payload,
+                        info: frame.info,
+                    });
+                }
             }
         }
     }
@@ -2286,6 +2397,47 @@ pub fn decode_update<'a>(value: &'a [u8], memo: &mut BlocksMemo) -> Result<Updat
     };
     memo.remember(text, payload.len(), &frame);
     Ok(Update::Full { frame, payload })
+}
+
+/// What follows a repeated `blocks` value in the header of a trajectory
+/// update as the encoder writes it: `,"meta":{..},"step":S`, optionally
+/// `,"time":T`, then `}` and nothing more, with `meta` holding exactly
+/// `meta`'s keys in its order (plain keys, number values, read into
+/// `meta`'s map). Returns the step and the time: what the scanner and
+/// `finish` make of such a text (the whole text is then ASCII but for the
+/// keys, which are `meta`'s own). `None` on anything else, `meta`'s keys
+/// unchanged.
+fn update_tail(rest: &[u8], meta: &mut Document) -> Option<(i64, Option<f64>)> {
+    let mut at = 0usize;
+    let eat = |at: &mut usize, literal: &[u8]| -> Option<()> {
+        let end = at.checked_add(literal.len())?;
+        (rest.get(*at..end)? == literal).then(|| *at = end)
+    };
+    eat(&mut at, b",\"meta\":{")?;
+    for (i, (key, slot)) in meta.iter_mut().enumerate() {
+        if i > 0 {
+            eat(&mut at, b",")?;
+        }
+        eat(&mut at, b"\"")?;
+        eat(&mut at, key.as_bytes())?;
+        eat(&mut at, b"\":")?;
+        *slot = json_number(rest, &mut at)?;
+    }
+    eat(&mut at, b"},\"step\":")?;
+    let step = match json_number(rest, &mut at)? {
+        Value::Number(n) => n.as_i64()?,
+        _ => return None,
+    };
+    let time = if rest.get(at..)?.starts_with(b",\"time\":") {
+        at += b",\"time\":".len();
+        match json_number(rest, &mut at)? {
+            Value::Number(n) => Some(n.as_f64()?),
+            _ => return None,
+        }
+    } else {
+        None
+    };
+    (rest.get(at..)? == b"}").then_some((step, time))
 }
 
 /// How the encoder starts every header: `decode_update` reuses blocks only
@@ -2321,36 +2473,116 @@ impl<'a> BlockRef<'a> {
 // Reading columns
 // ---------------------------------------------------------------------------
 
-/// Reads `N`-byte little-endian items (works at any address; a trailing
-/// partial item is ignored).
-fn read<T, const N: usize>(bytes: &[u8], item: impl Fn([u8; N]) -> T) -> Vec<T> {
-    // Whole arrays, not `chunks_exact` slices: the loop then compiles to
-    // plain loads (a memcpy on little-endian targets) without bounds checks.
+/// Appends `N`-byte little-endian items (works at any address; a trailing
+/// partial item is ignored). On a little-endian target the bytes already
+/// are the items' memory and are copied in one go (most of what a reader
+/// does with a frame).
+fn extend<T: PlainOld, const N: usize>(
+    out: &mut Vec<T>,
+    bytes: &[u8],
+    item: impl Fn([u8; N]) -> T,
+) {
     let (items, _) = bytes.as_chunks::<N>();
-    items.iter().map(|&a| item(a)).collect()
+    if cfg!(target_endian = "little") && std::mem::size_of::<T>() == N {
+        out.reserve(items.len());
+        // SAFETY: `reserve` made room for `items.len()` more `T`s after the
+        // `out.len()` initialized ones. The source is `items.len() * N`
+        // bytes of `bytes`, valid for reads; the destination is spare
+        // capacity of `out`, valid for writes and not overlapping a
+        // borrowed slice. `T: PlainOld` is `N` bytes without padding and
+        // valid for every bit pattern, and on a little-endian target its
+        // memory is its little-endian encoding: after the copy the new
+        // items are initialized values, so the length may include them.
+        unsafe {
+            let end = out.as_mut_ptr().add(out.len());
+            std::ptr::copy_nonoverlapping(
+                items.as_ptr().cast::<u8>(),
+                end.cast::<u8>(),
+                items.len() * N,
+            );
+            out.set_len(out.len() + items.len());
+        }
+    } else {
+        out.extend(items.iter().map(|&a| item(a)));
+    }
 }
 
-fn to_bools(bytes: &[u8], what: &str) -> Result<Vec<bool>> {
-    bytes
-        .iter()
-        .map(|&b| match b {
-            0 => Ok(false),
-            1 => Ok(true),
-            _ => Err(Error::refused(
-                Clause::TypedValue,
-                "",
-                format!("{what} holds the byte {b}, not 0 / 1"),
-            )),
-        })
-        .collect()
+fn extend_bools(out: &mut Vec<bool>, bytes: &[u8], what: &str) -> Result<()> {
+    if let Some(b) = bytes.iter().find(|&&b| b > 1) {
+        return Err(Error::refused(
+            Clause::TypedValue,
+            "",
+            format!("{what} holds the byte {b}, not 0 / 1"),
+        ));
+    }
+    out.extend(bytes.iter().map(|&b| b == 1));
+    Ok(())
 }
 
-/// The element types a buffer may be viewed as in place: every bit pattern
-/// of `size_of::<Self>()` bytes is a valid value. Implemented for `f64` and
-/// `u64` only (private: no other type can be added).
-trait PlainOld: Copy {}
-impl PlainOld for f64 {}
-impl PlainOld for u64 {}
+/// Appends a buffer's little-endian items to `out` (its dtype says how
+/// many bytes an item has; a trailing partial item is ignored). Refuses a
+/// bool byte other than 0 / 1; appends nothing for a string column.
+pub(crate) fn extend_buffer(out: &mut ColumnData, b: &[u8]) -> Result<()> {
+    match out {
+        ColumnData::F64(v) => extend(v, b, f64::from_le_bytes),
+        ColumnData::I8(v) => extend(v, b, i8::from_le_bytes),
+        ColumnData::I16(v) => extend(v, b, i16::from_le_bytes),
+        ColumnData::I32(v) => extend(v, b, i32::from_le_bytes),
+        ColumnData::I64(v) => extend(v, b, i64::from_le_bytes),
+        ColumnData::U8(v) => v.extend_from_slice(b),
+        ColumnData::U16(v) => extend(v, b, u16::from_le_bytes),
+        ColumnData::U32(v) => extend(v, b, u32::from_le_bytes),
+        ColumnData::U64(v) => extend(v, b, u64::from_le_bytes),
+        ColumnData::Bool(v) => extend_bools(v, b, "a bool buffer")?,
+        ColumnData::C64(v) => extend(v, b, |c: [u8; 8]| {
+            [
+                f32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                f32::from_le_bytes([c[4], c[5], c[6], c[7]]),
+            ]
+        }),
+        ColumnData::C128(v) => extend(v, b, |c: [u8; 16]| {
+            let (re, im) = c.split_at(8);
+            let mut r = [0; 8];
+            let mut i = [0; 8];
+            r.copy_from_slice(re);
+            i.copy_from_slice(im);
+            [f64::from_le_bytes(r), f64::from_le_bytes(i)]
+        }),
+        ColumnData::String(_) => {}
+    }
+    Ok(())
+}
+
+/// The element types a buffer may be viewed as in place or copied into in
+/// one go: [`Plain`] (no padding), and every bit pattern of
+/// `size_of::<Self>()` bytes is a valid value (so not `bool`). Private: no
+/// other type can be added.
+///
+/// # Safety
+///
+/// An implementor must be `Plain` and valid for every bit pattern.
+unsafe trait PlainOld: Plain {}
+// SAFETY: every bit pattern of a float or an integer is a valid value; an
+// array of such values has no padding and no invalid patterns either.
+unsafe impl PlainOld for f64 {}
+// SAFETY: as above.
+unsafe impl PlainOld for i8 {}
+// SAFETY: as above.
+unsafe impl PlainOld for i16 {}
+// SAFETY: as above.
+unsafe impl PlainOld for i32 {}
+// SAFETY: as above.
+unsafe impl PlainOld for i64 {}
+// SAFETY: as above.
+unsafe impl PlainOld for u16 {}
+// SAFETY: as above.
+unsafe impl PlainOld for u32 {}
+// SAFETY: as above.
+unsafe impl PlainOld for u64 {}
+// SAFETY: as above.
+unsafe impl PlainOld for [f32; 2] {}
+// SAFETY: as above.
+unsafe impl PlainOld for [f64; 2] {}
 
 impl<'a> ColumnRef<'a> {
     /// An owned copy of the column. Works at any address (no alignment
@@ -2363,7 +2595,23 @@ impl<'a> ColumnRef<'a> {
 
     /// [`ColumnRef::to_column`], moving the shape and string values instead
     /// of copying them.
-    pub fn into_column(self) -> Result<Column> {
+    pub fn into_column(mut self) -> Result<Column> {
+        let mut data = ColumnData::empty(self.dtype);
+        self.append_to(&mut data)?;
+        let validity = self.mask()?;
+        Ok(Column {
+            shape: self.shape,
+            data,
+            validity,
+            precision: self.precision,
+        })
+    }
+
+    /// Appends the column's values to `data`, which must hold the same
+    /// dtype (string values are moved out of `self`), with the checks of
+    /// [`ColumnRef::to_column`]: the shape's product, the buffer's length or
+    /// the number of strings, bool bytes.
+    pub fn append_to(&mut self, data: &mut ColumnData) -> Result<()> {
         let elements = product(&self.shape).ok_or_else(|| {
             Error::refused(
                 Clause::FrameSizeOverflow,
@@ -2371,91 +2619,60 @@ impl<'a> ColumnRef<'a> {
                 "the product of the shape overflows",
             )
         })?;
-        let data = match self.data {
-            ColumnBytes::Strings(values) => {
-                if self.dtype != DType::String || values.len() as u64 != elements {
-                    return Err(Error::refused(
-                        Clause::FrameStringValues,
-                        "",
-                        format!(
-                            "{} string values for a {} column of {elements} elements",
-                            values.len(),
-                            self.dtype
-                        ),
-                    ));
-                }
-                ColumnData::String(values)
+        let dtype = self.dtype;
+        let bytes = match (&mut self.data, data) {
+            (ColumnBytes::Strings(values), ColumnData::String(out))
+                if values.len() as u64 == elements =>
+            {
+                out.append(values);
+                return Ok(());
             }
-            ColumnBytes::Buffer(b) => {
-                let expected = self
-                    .dtype
-                    .item_size()
-                    .and_then(|s| elements.checked_mul(s as u64));
-                if expected != Some(b.len() as u64) {
-                    return Err(Error::refused(
-                        Clause::FrameBufferBounds,
-                        "",
-                        format!(
-                            "a buffer of {} bytes for a {} column of {elements} elements",
-                            b.len(),
-                            self.dtype
-                        ),
-                    ));
-                }
-                match self.dtype {
-                    DType::F64 => ColumnData::F64(read(b, f64::from_le_bytes)),
-                    DType::I8 => ColumnData::I8(read(b, i8::from_le_bytes)),
-                    DType::I16 => ColumnData::I16(read(b, i16::from_le_bytes)),
-                    DType::I32 => ColumnData::I32(read(b, i32::from_le_bytes)),
-                    DType::I64 => ColumnData::I64(read(b, i64::from_le_bytes)),
-                    DType::U8 => ColumnData::U8(b.to_vec()),
-                    DType::U16 => ColumnData::U16(read(b, u16::from_le_bytes)),
-                    DType::U32 => ColumnData::U32(read(b, u32::from_le_bytes)),
-                    DType::U64 => ColumnData::U64(read(b, u64::from_le_bytes)),
-                    DType::Bool => ColumnData::Bool(to_bools(b, "a bool buffer")?),
-                    DType::C64 => ColumnData::C64(read(b, |c: [u8; 8]| {
-                        [
-                            f32::from_le_bytes([c[0], c[1], c[2], c[3]]),
-                            f32::from_le_bytes([c[4], c[5], c[6], c[7]]),
-                        ]
-                    })),
-                    DType::C128 => ColumnData::C128(read(b, |c: [u8; 16]| {
-                        let (re, im) = c.split_at(8);
-                        let mut r = [0; 8];
-                        let mut i = [0; 8];
-                        r.copy_from_slice(re);
-                        i.copy_from_slice(im);
-                        [f64::from_le_bytes(r), f64::from_le_bytes(i)]
-                    })),
-                    // Unreachable: a string dtype has no item size, so `expected` was None.
-                    DType::String => ColumnData::String(Vec::new()),
-                }
+            (ColumnBytes::Strings(values), _) => {
+                return Err(Error::refused(
+                    Clause::FrameStringValues,
+                    "",
+                    format!(
+                        "{} string values for a {dtype} column of {elements} elements",
+                        values.len(),
+                    ),
+                ))
             }
+            (ColumnBytes::Buffer(b), out) => (*b, out),
         };
-        let validity = match self.validity {
-            None => None,
-            Some(mask) => {
-                if Some(mask.len() as u64) != self.shape.first().copied() {
-                    return Err(Error::refused(
-                        Clause::ValidityLength,
-                        "",
-                        format!(
-                            "a mask of {} bytes for {} rows",
-                            mask.len(),
-                            self.shape.first().copied().unwrap_or(0)
-                        ),
-                    ));
-                }
-                let mask = to_bools(mask, "a mask")?;
-                Some(mask).filter(|m| !m.iter().all(|&b| b))
-            }
+        let (b, out) = bytes;
+        let expected = dtype
+            .item_size()
+            .and_then(|s| elements.checked_mul(s as u64));
+        if expected != Some(b.len() as u64) || out.dtype() != dtype {
+            return Err(Error::refused(
+                Clause::FrameBufferBounds,
+                "",
+                format!(
+                    "a buffer of {} bytes for a {dtype} column of {elements} elements",
+                    b.len(),
+                ),
+            ));
+        }
+        extend_buffer(out, b)
+    }
+
+    /// The mask as bools, `None` when the header has none or every row is
+    /// valid; refused unless it has `shape[0]` bytes of 0 / 1.
+    pub fn mask(&self) -> Result<Option<Vec<bool>>> {
+        let Some(mask) = self.validity else {
+            return Ok(None);
         };
-        Ok(Column {
-            shape: self.shape,
-            data,
-            validity,
-            precision: self.precision,
-        })
+        let rows = self.shape.first().copied().unwrap_or(0);
+        if mask.len() as u64 != rows {
+            return Err(Error::refused(
+                Clause::ValidityLength,
+                "",
+                format!("a mask of {} bytes for {rows} rows", mask.len()),
+            ));
+        }
+        let mut out = Vec::with_capacity(mask.len());
+        extend_bools(&mut out, mask, "a mask")?;
+        Ok(Some(out).filter(|m| !m.iter().all(|&b| b)))
     }
 
     /// The buffer viewed in place as `T`, when the dtype is `dtype`, the
@@ -2477,9 +2694,9 @@ impl<'a> ColumnRef<'a> {
         // SAFETY: `bytes` is a live slice borrowed for 'a; its start address
         // was just checked to be aligned for `T`, and its length is a whole
         // number of `T`s, so the new slice covers exactly the same memory.
-        // `T` is `f64` or `u64` (the only `PlainOld` types), for which every
-        // bit pattern is a valid value, and on a little-endian target their
-        // in-memory layout is the buffer's little-endian encoding. The bytes
+        // `T: PlainOld` is valid for every bit pattern, and on a
+        // little-endian target its memory is the buffer's little-endian
+        // encoding. The bytes
         // are shared and immutable for 'a, as the new slice requires.
         Some(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), bytes.len() / size) })
     }
@@ -2590,5 +2807,111 @@ impl FrameRef<'_> {
             );
         }
         Ok(blocks)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SplitMix64: a seeded stream for the generated cases.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+    }
+
+    /// What `serde_json` (with `float_roundtrip`) makes of `text`.
+    fn serde(text: &str) -> Option<Value> {
+        match serde_json::from_str::<Value>(text) {
+            Ok(v @ Value::Number(_)) => Some(v),
+            _ => None,
+        }
+    }
+
+    fn same(text: &str) {
+        let mut at = 0;
+        let fast = json_number(text.as_bytes(), &mut at);
+        let Some(fast) = fast else {
+            return;
+        };
+        assert_eq!(at, text.len(), "{text}");
+        let want = serde(text).unwrap_or_else(|| panic!("{text}: serde refuses what is read"));
+        match (&fast, &want) {
+            (Value::Number(a), Value::Number(b)) if a.is_f64() || b.is_f64() => {
+                let (a, b) = (a.as_f64().unwrap(), b.as_f64().unwrap());
+                assert_eq!(a.to_bits(), b.to_bits(), "{text}: {a:e} vs {b:e}");
+            }
+            _ => assert_eq!(fast, want, "{text}"),
+        }
+    }
+
+    /// Reals as the encoder writes them (shortest round trip) and as other
+    /// writers might (any number of digits, exponents), every one read as
+    /// `serde_json` reads it, bit for bit.
+    #[test]
+    fn numbers_are_read_as_serde_json_reads_them() {
+        let mut rng = Rng(7);
+        for _ in 0..300_000 {
+            let x = f64::from_bits(rng.next());
+            if x.is_finite() {
+                same(&serde_json::to_string(&x).unwrap());
+            }
+            let y = (rng.next() as i64 as f64) / 2f64.powi((rng.next() % 70) as i32);
+            same(&serde_json::to_string(&y).unwrap());
+        }
+        for _ in 0..300_000 {
+            let digits = 1 + rng.next() % 19;
+            let mut mantissa = String::new();
+            for i in 0..digits {
+                let d = rng.next() % 10;
+                mantissa.push(char::from(b'0' + if i == 0 { 1 + d % 9 } else { d } as u8));
+            }
+            let point = (rng.next() % (digits + 1)) as usize;
+            let (int, frac) = mantissa.split_at(point);
+            let int = if int.is_empty() { "0" } else { int };
+            let sign = if rng.next().is_multiple_of(2) { "-" } else { "" };
+            let text = if frac.is_empty() {
+                format!("{sign}{int}.0")
+            } else {
+                format!("{sign}{int}.{frac}")
+            };
+            same(&text);
+            let e = rng.next() % 50;
+            same(&format!("{text}e-{e}"));
+            same(&format!("{text}E+{e}"));
+            same(&format!("{sign}{mantissa}e{}", rng.next() % 25));
+        }
+    }
+
+    /// Halfway cases: decimals exactly between two neighbouring doubles,
+    /// and one unit beyond, which decide the rounding direction.
+    #[test]
+    fn ties_round_to_even() {
+        for text in [
+            "9007199254740993.0",
+            "9007199254740995.0",
+            "9007199254740993.000000001",
+            "18014398509481986.0",
+            "18014398509481990.0",
+            "1.00000000000000011102230246251565404236316680908203125",
+            "0.30000000000000001665",
+            "1e-21",
+            "9999999999999999999e-21",
+            "1844674407370955161.5",
+            "-0.0",
+            "0.0",
+            "123456789012345678e-3",
+            "2.2250738585072014e-308",
+            "1.7976931348623157e308",
+        ] {
+            same(text);
+        }
     }
 }

@@ -835,15 +835,7 @@ fn prepare_trajectory(
 ) -> Result<()> {
     let no_blocks = BTreeMap::new();
     let system_blocks = system.map(|s| &s.blocks).unwrap_or(&no_blocks);
-    for (name, decl) in &schema.blocks {
-        if decl.aligned_with.is_some() && system_blocks.contains_key(name) {
-            refuse!(
-                AlignedNotSystemName,
-                at,
-                "aligned block `{name}` shares its name with a system block"
-            );
-        }
-    }
+    check_aligned_names(schema, system_blocks, at)?;
     // Paths are formatted only on the error path: readers run this for every
     // record they hand back, so the loop must not allocate per frame.
     let has_time = traj.frames.first().is_some_and(|f| f.time.is_some());
@@ -876,6 +868,25 @@ fn prepare_trajectory(
         check_aligned(&resolved, schema)
             .and_then(|()| check_row_references(&resolved, Some(&system_refs)))
             .map_err(|e| e.within(&format!("{at}.frames[{i}]")))?;
+    }
+    Ok(())
+}
+
+/// Refuses an aligned block of the declaration that shares its name with a
+/// block of the record's system.
+pub fn check_aligned_names(
+    schema: &SequenceSchema,
+    system_blocks: &BTreeMap<String, Block>,
+    at: &str,
+) -> Result<()> {
+    for (name, decl) in &schema.blocks {
+        if decl.aligned_with.is_some() && system_blocks.contains_key(name) {
+            refuse!(
+                AlignedNotSystemName,
+                at,
+                "aligned block `{name}` shares its name with a system block"
+            );
+        }
     }
     Ok(())
 }

@@ -2054,10 +2054,80 @@ fn build_file(path: &Path, kvs: &Kvs) -> Result<(), String> {
     result.map_err(|e| e.to_string())
 }
 
-/// Opens and reads a file end to end, views included.
-fn read_everything(path: &Path) -> Result<molrec::model::Collection, Error> {
+/// How `RecordTxn::record` (column-wise resolution, the rules checked as
+/// it reads) and `record_reference` (the model, then `prepare_record`)
+/// disagree on record r, if they do: they must return the same record or
+/// refuse with the same clause at the same place.
+fn paths_disagree(txn: &molrec::lmdb::RecordTxn<'_>, r: u64) -> Option<String> {
+    let (fast, model) = (txn.record(r), txn.record_reference(r));
+    let place = |e: &Error| match e {
+        Error::Refused { clause, at, .. } => format!("[{}] at {at}", clause.id()),
+        other => format!("{other}"),
+    };
+    match (&fast, &model) {
+        // Debug text, not `==`: a NaN is not equal to itself (and `-0.0`
+        // is equal to `0.0`), their texts tell them apart.
+        (Ok(a), Ok(b)) if format!("{a:?}") == format!("{b:?}") => None,
+        (Err(a), Err(b)) if place(a) == place(b) => None,
+        (Ok(a), Ok(b)) => Some(format!(
+            "records[{r}]: both read, the records differ: {}",
+            first_difference(a, b)
+        )),
+        _ => Some(format!(
+            "records[{r}]: record -> {}, record_reference -> {}",
+            fast.as_ref().map_or_else(place, |_| "read".into()),
+            model.as_ref().map_or_else(place, |_| "read".into())
+        )),
+    }
+}
+
+/// Where two records differ first (for the message).
+fn first_difference(a: &molrec::model::Record, b: &molrec::model::Record) -> String {
+    fn differ<T: std::fmt::Debug>(a: &T, b: &T) -> bool {
+        format!("{a:?}") != format!("{b:?}")
+    }
+    if differ(&a.meta, &b.meta) {
+        return "meta".into();
+    }
+    if differ(&a.system, &b.system) {
+        return "system".into();
+    }
+    let (Some(ta), Some(tb)) = (&a.trajectory, &b.trajectory) else {
+        return "trajectory present in one only".into();
+    };
+    if ta.frames.len() != tb.frames.len() {
+        return format!("{} frames vs {}", ta.frames.len(), tb.frames.len());
+    }
+    for (k, (fa, fb)) in ta.frames.iter().zip(&tb.frames).enumerate() {
+        if !differ(fa, fb) {
+            continue;
+        }
+        if differ(&fa.blocks, &fb.blocks) {
+            for (name, ba) in &fa.blocks {
+                match fb.blocks.get(name) {
+                    Some(bb) if !differ(bb, ba) => {}
+                    Some(bb) => return format!("frames[{k}].blocks.{name}: {ba:?} vs {bb:?}"),
+                    None => return format!("frames[{k}].blocks.{name} in one only"),
+                }
+            }
+            return format!("frames[{k}].blocks: names differ");
+        }
+        return format!("frames[{k}]: {fa:?} vs {fb:?}");
+    }
+    "schema".into()
+}
+
+/// Opens and reads a file end to end, views included; the disagreements of
+/// the two record paths are pushed to `disagree`.
+fn read_everything(
+    path: &Path,
+    disagree: &mut Vec<String>,
+) -> Result<molrec::model::Collection, Error> {
     let reader = Reader::open(path)?;
     let collection = reader.read_collection();
+    if let Ok(txn) = reader.txn() {
+        disagree.extend((0..reader.n_records().min(64)).filter_map(|r| paths_disagree(&txn, r)));
+    }
     // The view path too, whatever the owned read said.
     if let Ok(txn) = reader.txn() {
         for r in 0..reader.n_records().min(64) {
@@ -2096,6 +2166,7 @@ fn mutated_files_never_panic() {
     let mut roundtrip_failures: Vec<String> = Vec::new();
     let mut roundtrip_kinds: BTreeMap<String, u64> = BTreeMap::new();
     let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
+    let mut disagreements: Vec<String> = Vec::new();
     let start = Instant::now();
     // MOLREC_MUTATION_OP=n replays one mutated file, verbosely.
     let only: Option<u64> = std::env::var("MOLREC_MUTATION_OP")
@@ -2137,7 +2208,13 @@ fn mutated_files_never_panic() {
             remove_file_and_lock(&path);
             continue;
         }
-        let outcome = tally.timed_trial(&watchdog, op, || read_everything(&path));
+        let mut disagree = Vec::new();
+        let outcome = tally.timed_trial(&watchdog, op, || read_everything(&path, &mut disagree));
+        disagreements.extend(
+            disagree
+                .into_iter()
+                .map(|d| format!("op {op} base {} mutations {did:?}: {d}", base.name)),
+        );
         match outcome {
             None => {
                 let bytes = std::fs::read(&path).unwrap_or_default();
@@ -2235,7 +2312,8 @@ fn mutated_files_never_panic() {
     let summary = format!(
         "mutation files: seed={seed} scale={} bases={} mutated={target} built={} \
          lmdb_refused_puts={} read={} ok={} refused={} (uncommitted={uncommitted}) \
-         other(io={} lmdb={:?}) panics={} reader_accepts_writer_refuses={} mutator_panics={mutator_panics} max_op={:.1}ms \
+         other(io={} lmdb={:?}) panics={} reader_accepts_writer_refuses={} record_paths_disagree={} \
+         mutator_panics={mutator_panics} max_op={:.1}ms \
          (op {}) total={:.1}s by_clause: {}",
         scale(),
         bases.len(),
@@ -2248,6 +2326,7 @@ fn mutated_files_never_panic() {
         tally.lmdb,
         tally.panics.len(),
         roundtrip_failures.len(),
+        disagreements.len(),
         tally.max_time.as_secs_f64() * 1e3,
         tally.max_at,
         total.as_secs_f64(),
@@ -2269,9 +2348,18 @@ fn mutated_files_never_panic() {
     for p in roundtrip_failures.iter().take(20) {
         report(&format!("  ROUNDTRIP {p}"));
     }
+    for d in disagreements.iter().take(20) {
+        report(&format!("  RECORD PATHS {d}"));
+    }
     if only.is_some() {
         return;
     }
+    assert!(
+        disagreements.is_empty(),
+        "record and record_reference disagree on {} files; first ones: {:#?}\n{summary}",
+        disagreements.len(),
+        disagreements.iter().take(5).collect::<Vec<_>>()
+    );
     tally.assert_clean(mutator_panics, 2_000, &summary);
     assert!(
         roundtrip_failures.is_empty(),

@@ -9,6 +9,13 @@ use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+/// mimalloc, not the system's allocator: reading a record whole makes and
+/// frees a hundred small allocations (names, strings, arrays), where
+/// glibc's malloc spends about a sixth of the read (docs/benchmark.md).
+/// The library leaves the choice to the program that links it.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const EXIT_HELP: &str = "Exit codes:
   0  success (for `validate`: the file conforms)
   1  refused: the input breaks a spec clause (each printed on stderr as [clause-id])
@@ -118,6 +125,7 @@ fn main() -> ExitCode {
                 dir,
                 keep,
                 progress: !quiet,
+                allocator: "mimalloc".into(),
             },
             json.as_deref(),
         ),

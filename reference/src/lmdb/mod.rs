@@ -2,6 +2,7 @@
 //! database, keys `meta`, `index`, `ff`, `r`/`s`/`f` + u64 big-endian.
 
 mod reader;
+mod resolve;
 mod writer;
 
 pub use reader::{Reader, RecordTxn, ResolvedView};

@@ -2,10 +2,12 @@
 //! read on demand, its frames resolved by carry-forward and checked against
 //! the declaration and the model rules.
 
+use super::resolve::Resolver;
 use super::{
     frame_key, lmdb_error, open_read_env, record_key, system_key, Db, FF_KEY, INDEX_KEY, LAYOUT,
     LAYOUT_VERSION, META_KEY,
 };
+use crate::arrays::RecordArrays;
 use crate::clause::Clause;
 use crate::error::{refuse, Error, Result};
 use crate::frame_bytes::{
@@ -289,27 +291,65 @@ impl<'r> RecordTxn<'r> {
     where
         F: FnMut(&ResolvedView<'_, '_>) -> Result<()>,
     {
-        self.walk_frames(r, |info, step, blocks, cell| {
+        let mut blocks: BTreeMap<String, BlockRef<'_>> = BTreeMap::new();
+        let mut cell: Option<Cell> = None;
+        // Names of the blocks of the last full update, which a repeated
+        // update restates, and the payload their buffers point into.
+        let mut repeated: Vec<String> = Vec::new();
+        let mut payload: &[u8] = &[];
+        let schema = &self.reader.schema;
+        self.walk_updates(r, |u| {
+            let step = update_step(&u.info, schema).map_err(|e| u.located(e))?;
+            let full = match u.blocks.take() {
+                Some(full) => Some(full),
+                None => {
+                    let moved = repeated.iter().all(|name| {
+                        blocks
+                            .get_mut(name)
+                            .is_some_and(|b| b.rebase(payload, u.payload).is_some())
+                    });
+                    if moved {
+                        payload = u.payload;
+                        None
+                    } else {
+                        // Not expected (the blocks were decoded from
+                        // `payload`); decoding in full is always right.
+                        Some(decode(u.value)?.blocks)
+                    }
+                }
+            };
+            if let Some(full) = full {
+                repeated.clear();
+                for (name, block) in full {
+                    repeated.push(name.clone());
+                    blocks.insert(name, block);
+                }
+                payload = u.payload;
+            }
+            if u.info.cell.is_some() {
+                cell = u.info.cell;
+            }
             visit(&ResolvedView {
                 step,
-                time: info.time,
-                meta: &info.meta,
-                blocks,
-                cell,
+                time: u.info.time,
+                meta: &u.info.meta,
+                blocks: &blocks,
+                cell: cell.as_ref(),
             })
         })
     }
 
-    /// [`RecordTxn::for_each_frame`] handing each update's own decoded
-    /// parts (meta, step, time) to `visit` by value, with the blocks and
-    /// the cell in effect.
-    fn walk_frames<F>(&self, r: u64, mut visit: F) -> Result<()>
+    /// Walks record r's frame keys in order and decodes each update (a
+    /// repeated `blocks` text is not decoded again), refusing what the
+    /// bytes and the declaration of blocks refuse, with paths of the record
+    /// (`records[r].trajectory.frames[k]`). `visit` gets each update, and
+    /// checks its per-step keys and step first ([`update_step`]); what it
+    /// leaves of the meta document serves the next update.
+    pub(super) fn walk_updates<'t, F>(&'t self, r: u64, mut visit: F) -> Result<()>
     where
-        F: FnMut(&mut FrameInfo, i64, &BTreeMap<String, BlockRef<'_>>, Option<&Cell>) -> Result<()>,
+        F: FnMut(&mut Walked<'t>) -> Result<()>,
     {
         let (first, n) = self.check_record(r)?;
-        let mut blocks: BTreeMap<String, BlockRef<'_>> = BTreeMap::new();
-        let mut cell: Option<Cell> = None;
         // The record's frames are consecutive keys: one cursor walks them
         // instead of one tree search per frame.
         let lo = frame_key(first);
@@ -322,11 +362,7 @@ impl<'r> RecordTxn<'r> {
                 &(Bound::Included(&lo[..]), Bound::Excluded(&hi[..])),
             )
             .map_err(lmdb_error)?;
-        // Blocks of the last update decoded in full, which a `SameBlocks`
-        // update repeats, and the payload their buffers point into.
         let mut memo = BlocksMemo::default();
-        let mut repeated: Vec<String> = Vec::new();
-        let mut payload: &[u8] = &[];
         for k in 0..n {
             // Paths are only formatted on the error path: this loop is the
             // reader's hot path.
@@ -342,67 +378,96 @@ impl<'r> RecordTxn<'r> {
                     )))
                 }
             };
-            let mut update = decode_update(value, &mut memo).map_err(located)?;
-            if let Update::SameBlocks {
-                payload: new_payload,
-                ..
-            } = update
-            {
-                let moved = repeated.iter().all(|name| {
-                    blocks
-                        .get_mut(name)
-                        .is_some_and(|b| b.rebase(payload, new_payload).is_some())
-                });
-                if moved {
-                    payload = new_payload;
-                } else {
-                    // Not expected (the blocks were decoded from `payload`);
-                    // decoding in full is always right.
-                    memo = BlocksMemo::default();
-                    update = decode_update(value, &mut memo).map_err(located)?;
-                }
-            }
-            let mut info = match update {
-                Update::Full {
-                    frame,
-                    payload: new_payload,
-                } => {
+            let (blocks, payload, info) = match decode_update(value, &mut memo).map_err(located)? {
+                Update::Full { frame, payload } => {
                     check_update_blocks(&frame, &self.reader.schema).map_err(located)?;
-                    repeated.clear();
-                    for (name, block) in frame.blocks {
-                        repeated.push(name.clone());
-                        blocks.insert(name, block);
-                    }
-                    payload = new_payload;
-                    frame.info
+                    (Some(frame.blocks), payload, frame.info)
                 }
-                Update::SameBlocks { info, .. } => info,
+                Update::SameBlocks { payload, info } => (None, payload, info),
             };
-            check_update_meta(&info, &self.reader.schema).map_err(located)?;
-            let Some(step) = info.step else {
-                return Err(located(Error::refused(
-                    Clause::FrameStep,
-                    "step",
-                    "a trajectory update carries no step",
-                )));
+            let mut walked = Walked {
+                r,
+                k,
+                value,
+                payload,
+                blocks,
+                info,
             };
-            if info.cell.is_some() {
-                cell = info.cell;
-            }
-            visit(&mut info, step, &blocks, cell.as_ref())?;
-            // What `visit` left of the meta document (a view's, not an
-            // owned record's) serves the next update.
-            memo.recycle(std::mem::take(&mut info.meta));
+            visit(&mut walked)?;
+            memo.recycle(std::mem::take(&mut walked.info.meta));
         }
         Ok(())
     }
 
-    /// Record r: meta, system and trajectory resolved into owned arrays, and
-    /// every model rule a file can break checked.
+    /// Record r: meta, system and trajectory, the trajectory resolved into
+    /// one array per column, and every model rule a file can break checked
+    /// (those `validate::prepare_record` checks, refused as it refuses
+    /// them). The fast way to read a record whole.
+    pub fn record_arrays(&self, r: u64) -> Result<RecordArrays> {
+        let meta = self.record_meta(r)?;
+        let mut system = self.decoded_system(r)?;
+        let i = r as usize;
+        let tat = || format!("records[{r}].trajectory");
+        let trajectory = if self.reader.has_trajectory.get(i).copied().unwrap_or(false) {
+            let no_blocks = BTreeMap::new();
+            let system_blocks = system.as_ref().map_or(&no_blocks, |s| &s.blocks);
+            let frames = self.reader.frame_counts.get(i).copied().unwrap_or(0);
+            let mut resolver = Resolver::new(&self.reader.schema, system_blocks, frames);
+            self.walk_updates(r, |u| resolver.update(u).map_err(|e| e.within(&tat())))?;
+            Some(resolver.finish())
+        } else {
+            if self.reader.frame_counts.get(i).copied().unwrap_or(0) != 0 {
+                refuse!(
+                    IndexHasTrajectory,
+                    format!("index.has_trajectory[{r}]"),
+                    "record without a trajectory has frames"
+                );
+            }
+            None
+        };
+        // The order of `prepare_record`: the record's parts, its system,
+        // then the trajectory's rules.
+        if system.is_none() && trajectory.is_none() {
+            refuse!(
+                RecordNotEmpty,
+                format!("records[{r}]"),
+                "a record needs a system or a trajectory (or both)"
+            );
+        }
+        if let Some(frame) = &mut system {
+            validate::prepare_system(frame, &format!("records[{r}].system"))?;
+        }
+        let trajectory = match trajectory {
+            None => None,
+            Some(resolved) => {
+                if let Some(system) = &system {
+                    validate::check_aligned_names(&self.reader.schema, &system.blocks, &tat())?;
+                }
+                Some(resolved.map_err(|e| e.within(&tat()))?)
+            }
+        };
+        Ok(RecordArrays {
+            meta,
+            system,
+            trajectory,
+        })
+    }
+
+    /// Record r: meta, system and trajectory resolved into owned arrays
+    /// frame by frame (the model), and every model rule a file can break
+    /// checked: [`RecordTxn::record_arrays`] in the model's form.
     pub fn record(&self, r: u64) -> Result<Record> {
+        self.record_arrays(r).map(RecordArrays::into_record)
+    }
+
+    /// [`RecordTxn::record`] the way it was first built: every frame's
+    /// resolved blocks copied into the model, then `validate::prepare_record`
+    /// run on the whole record. The reference `record_arrays` is tested
+    /// against (same records, same refusals). Not for general use.
+    #[doc(hidden)]
+    pub fn record_reference(&self, r: u64) -> Result<Record> {
         let at = format!("records[{r}]");
         let meta = self.record_meta(r)?;
-        // Checked once, with the trajectory, by `prepare_record` below.
         let system = self.decoded_system(r)?;
         let trajectory = if self
             .reader
@@ -412,9 +477,9 @@ impl<'r> RecordTxn<'r> {
             .unwrap_or(false)
         {
             let mut frames = Vec::new();
-            self.walk_frames(r, |info, step, resolved, cell| {
+            self.for_each_frame(r, |view| {
                 let mut blocks = BTreeMap::new();
-                for (name, b) in resolved {
+                for (name, b) in view.blocks {
                     blocks.insert(
                         name.clone(),
                         b.to_block().map_err(|e| {
@@ -426,11 +491,11 @@ impl<'r> RecordTxn<'r> {
                     );
                 }
                 frames.push(Step {
-                    step,
-                    time: info.time,
-                    meta: std::mem::take(&mut info.meta),
+                    step: view.step,
+                    time: view.time,
+                    meta: view.meta.clone(),
                     blocks,
-                    cell: cell.copied(),
+                    cell: view.cell.copied(),
                 });
                 Ok(())
             })?;
@@ -462,6 +527,48 @@ impl<'r> RecordTxn<'r> {
         };
         validate::prepare_record(&mut record, &self.reader.schema, &at)?;
         Ok(record)
+    }
+}
+
+/// One update of a record's walk ([`RecordTxn::walk_updates`]).
+pub(super) struct Walked<'t> {
+    /// The record.
+    pub r: u64,
+    /// The frame's index in the record.
+    pub k: u64,
+    /// The whole value.
+    pub value: &'t [u8],
+    /// Its payload (from the first 8-aligned byte after the header).
+    pub payload: &'t [u8],
+    /// The update's blocks, checked against the declaration; `None` when
+    /// its `blocks` text is the last full update's (the same blocks, their
+    /// buffers at the same offsets of this payload).
+    pub blocks: Option<BTreeMap<String, BlockRef<'t>>>,
+    /// Meta, step, time and cell, not checked against the declaration.
+    pub info: FrameInfo,
+}
+
+impl Walked<'_> {
+    /// `e` located at this frame of the record.
+    pub fn located(&self, e: Error) -> Error {
+        e.within(&format!(
+            "records[{}].trajectory.frames[{}]",
+            self.r, self.k
+        ))
+    }
+}
+
+/// Checks an update's per-step meta against the declaration and returns
+/// its step; error paths are relative to the frame.
+pub(super) fn update_step(info: &FrameInfo, schema: &SequenceSchema) -> Result<i64> {
+    check_update_meta(info, schema)?;
+    match info.step {
+        Some(step) => Ok(step),
+        None => Err(Error::refused(
+            Clause::FrameStep,
+            "step",
+            "a trajectory update carries no step",
+        )),
     }
 }
 
@@ -513,6 +620,20 @@ fn check_update_blocks(frame: &FrameRef<'_>, schema: &SequenceSchema) -> Result<
 
 /// Checks one update's per-step meta against the declaration.
 fn check_update_meta(info: &FrameInfo, schema: &SequenceSchema) -> Result<()> {
+    // The common case: exactly the declared keys (both maps are sorted).
+    if info.meta.len() == schema.meta.len()
+        && info
+            .meta
+            .keys()
+            .zip(schema.meta.keys())
+            .all(|(a, b)| a == b)
+    {
+        for ((key, v), decl) in info.meta.iter().zip(schema.meta.values()) {
+            typed_json::check(decl.tag, v)
+                .map_err(|e| Error::refused(Clause::TypedValue, format!("meta.{key}"), e))?;
+        }
+        return Ok(());
+    }
     if let Some(key) = info.meta.keys().find(|k| !schema.meta.contains_key(*k)) {
         refuse!(
             FrameUndeclaredMeta,
