@@ -1423,6 +1423,27 @@ impl<'de, 'a> Visitor<'de> for ColumnSeed<'_, 'a, '_> {
     }
 }
 
+/// A block of the fast scanner from its parts; `None` (give up) when a
+/// column's shape does not lead with the count (the serde path refuses it).
+fn block_from_parts<'a>(
+    count: u64,
+    structural_shape: Option<Vec<u64>>,
+    columns: BTreeMap<String, ColumnRef<'a>>,
+    targets: Option<BTreeMap<String, String>>,
+    attributes: Option<Document>,
+) -> Option<BlockRef<'a>> {
+    if columns.values().any(|c| c.shape[0] != count) {
+        return None;
+    }
+    Some(BlockRef {
+        count,
+        structural_shape,
+        targets: targets.unwrap_or_default(),
+        attributes: attributes.unwrap_or_default(),
+        columns,
+    })
+}
+
 /// Why a column's parts do not make a column: a refusal (clause, detail), or
 /// a plain JSON fault (a missing field, a buffer dtype with `values`).
 enum ColFault {
@@ -1751,7 +1772,16 @@ impl<'t> Scan<'t> {
 
     /// An array of strings without escapes (a string column's `values`).
     fn plain_str_array(&mut self) -> Option<Vec<String>> {
-        self.array(Vec::new(), |s| s.plain_str().map(str::to_owned))
+        self.plain_str_array_of(0)
+    }
+
+    /// [`Scan::plain_str_array`] with room for `expected` values (the
+    /// column's element count; at most one per three bytes of the text).
+    fn plain_str_array_of(&mut self, expected: u64) -> Option<Vec<String>> {
+        let room = (self.bytes.len().saturating_sub(self.at) / 3).min(expected as usize);
+        self.array(Vec::with_capacity(room), |s| {
+            s.plain_str().map(str::to_owned)
+        })
     }
 
     /// An array of `u64`s.
@@ -1972,8 +2002,15 @@ impl<'t> Scan<'t> {
         Some(blocks)
     }
 
-    /// One block object.
+    /// One block object: as the encoder writes one (`count`,
+    /// `structural_shape`, `columns`, in that order) in one pass, anything
+    /// else member by member.
     fn block<'a>(&mut self, ctx: &Ctx<'a>) -> Option<BlockRef<'a>> {
+        let save = self.at;
+        if let Some(block) = self.block_as_written(ctx) {
+            return Some(block);
+        }
+        self.at = save;
         let (mut count, mut structural_shape, mut columns, mut targets, mut attributes) =
             (None, None, None, None, None);
         self.object(|s, key| match key {
@@ -1992,18 +2029,31 @@ impl<'t> Scan<'t> {
             "attributes" => once(&mut attributes, s.maybe_empty()?),
             _ => s.serde::<IgnoredAny>().map(drop),
         })?;
-        let count = count?;
-        let columns: BTreeMap<String, ColumnRef<'a>> = columns?;
-        if columns.values().any(|c| c.shape[0] != count) {
-            return None;
-        }
-        Some(BlockRef {
-            count,
-            structural_shape: structural_shape.flatten(),
-            targets: targets.unwrap_or_default(),
-            attributes: attributes.unwrap_or_default(),
-            columns,
-        })
+        block_from_parts(
+            count?,
+            structural_shape.flatten(),
+            columns?,
+            targets,
+            attributes,
+        )
+    }
+
+    /// `{"count":N,"structural_shape":null|[..],"columns":{..}}` exactly
+    /// (no whitespace, no other member): what [`Scan::block`]'s general
+    /// walk makes of the same text; `None` on anything else.
+    fn block_as_written<'a>(&mut self, ctx: &Ctx<'a>) -> Option<BlockRef<'a>> {
+        self.exactly(b"{\"count\":")?;
+        let count = self.u64()?;
+        self.exactly(b",\"structural_shape\":")?;
+        let structural_shape = if self.exactly(b"null").is_some() {
+            None
+        } else {
+            Some(self.u64_array()?)
+        };
+        self.exactly(b",\"columns\":")?;
+        let columns = self.columns(ctx)?;
+        self.exactly(b"}")?;
+        block_from_parts(count, structural_shape, columns, None, None)
     }
 
     /// A block's `columns` object.
@@ -2019,8 +2069,14 @@ impl<'t> Scan<'t> {
         Some(columns)
     }
 
-    /// One column entry.
+    /// One column entry: as the encoder writes one without a mask or a
+    /// precision in one pass, anything else member by member.
     fn column<'a>(&mut self, ctx: &Ctx<'a>) -> Option<ColumnRef<'a>> {
+        let save = self.at;
+        if let Some(column) = self.column_as_written(ctx) {
+            return Some(column);
+        }
+        self.at = save;
         let (mut dtype, mut shape, mut offset, mut values, mut validity, mut precision) =
             (None, None, None, None, None, None);
         self.object(|s, key| match key {
@@ -2043,6 +2099,33 @@ impl<'t> Scan<'t> {
             _ => s.serde::<IgnoredAny>().map(drop),
         })?;
         column_from_parts(ctx, dtype?, shape, offset, values, validity, precision).ok()
+    }
+
+    /// `{"dtype":"D","shape":[..],"offset":N}` or `..,"values":[..]}`
+    /// exactly: what [`Scan::column`]'s general walk makes of the same
+    /// text; `None` on anything else.
+    fn column_as_written<'a>(&mut self, ctx: &Ctx<'a>) -> Option<ColumnRef<'a>> {
+        self.exactly(b"{\"dtype\":")?;
+        let dtype = DType::parse(self.plain_str()?)?;
+        self.exactly(b",\"shape\":")?;
+        let shape = self.u64_array()?;
+        let (offset, values) = if self.exactly(b",\"offset\":").is_some() {
+            (Some(self.u64()?), None)
+        } else {
+            self.exactly(b",\"values\":")?;
+            let expected = shape.iter().try_fold(1u64, |a, &b| a.checked_mul(b));
+            (None, Some(self.plain_str_array_of(expected.unwrap_or(0))?))
+        };
+        self.exactly(b"}")?;
+        column_from_parts(ctx, dtype, Some(shape), offset, values, None, None).ok()
+    }
+
+    /// Consumes `literal` if the text continues with exactly it (no
+    /// whitespace skipped).
+    #[inline]
+    fn exactly(&mut self, literal: &[u8]) -> Option<()> {
+        let end = self.at.checked_add(literal.len())?;
+        (self.bytes.get(self.at..end)? == literal).then(|| self.at = end)
     }
 
     /// A document of plain keys (no escapes) whose values are integers,
@@ -2114,6 +2197,23 @@ const EXACT_POWERS_OF_TEN: [f64; 23] = [
     1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
 ];
 
+/// The value of 8 ASCII digits, `None` if one of the bytes is not a digit
+/// (the usual SWAR reading: every byte checked at once, then pairs, quads
+/// and the two halves combined).
+fn eight_digits(bytes: &[u8]) -> Option<u64> {
+    let x = u64::from_le_bytes(bytes.try_into().ok()?);
+    // Each byte is 0x30..=0x39: its high nibble is 3, and adding 6 keeps it 3.
+    let high = (x & 0xF0F0_F0F0_F0F0_F0F0)
+        | ((x.wrapping_add(0x0606_0606_0606_0606) & 0xF0F0_F0F0_F0F0_F0F0) >> 4);
+    if high != 0x3333_3333_3333_3333 {
+        return None;
+    }
+    let x = x - 0x3030_3030_3030_3030;
+    let x = (x.wrapping_mul(10) + (x >> 8)) & 0x00FF_00FF_00FF_00FF;
+    let x = (x.wrapping_mul(100) + (x >> 16)) & 0x0000_FFFF_0000_FFFF;
+    Some((x.wrapping_mul(10_000) + (x >> 32)) & 0xFFFF_FFFF)
+}
+
 /// `mantissa * 10^power` correctly rounded (to nearest, ties to even), for
 /// `|power| <= 21`; `None` outside what it computes exactly.
 ///
@@ -2173,6 +2273,11 @@ fn json_number(bytes: &[u8], at: &mut usize) -> Option<Value> {
     let mut mantissa = 0u64;
     let mut digits = |i: &mut usize| {
         let from = *i;
+        // Eight digits at a time while there are (most of a real's digits).
+        while let Some(eight) = bytes.get(*i..*i + 8).and_then(eight_digits) {
+            mantissa = mantissa.wrapping_mul(100_000_000).wrapping_add(eight);
+            *i += 8;
+        }
         while let Some(&c) = bytes.get(*i).filter(|c| c.is_ascii_digit()) {
             mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(c - b'0'));
             *i += 1;
@@ -2876,7 +2981,11 @@ mod tests {
             let point = (rng.next() % (digits + 1)) as usize;
             let (int, frac) = mantissa.split_at(point);
             let int = if int.is_empty() { "0" } else { int };
-            let sign = if rng.next().is_multiple_of(2) { "-" } else { "" };
+            let sign = if rng.next().is_multiple_of(2) {
+                "-"
+            } else {
+                ""
+            };
             let text = if frac.is_empty() {
                 format!("{sign}{int}.0")
             } else {
@@ -2887,6 +2996,31 @@ mod tests {
             same(&format!("{text}e-{e}"));
             same(&format!("{text}E+{e}"));
             same(&format!("{sign}{mantissa}e{}", rng.next() % 25));
+        }
+    }
+
+    #[test]
+    fn eight_digits_reads_digits_and_only_digits() {
+        assert_eq!(eight_digits(b"12345678"), Some(12_345_678));
+        assert_eq!(eight_digits(b"00000000"), Some(0));
+        assert_eq!(eight_digits(b"99999999"), Some(99_999_999));
+        for bad in [
+            *b"1234567/",
+            *b"1234567:",
+            *b"1.345678",
+            *b"-2345678",
+            *b"12345 78",
+        ] {
+            assert_eq!(eight_digits(&bad), None, "{:?}", std::str::from_utf8(&bad));
+        }
+        let mut rng = Rng(3);
+        for _ in 0..100_000 {
+            let n = rng.next() % 100_000_000;
+            assert_eq!(eight_digits(format!("{n:08}").as_bytes()), Some(n));
+            let mut b = *format!("{n:08}").as_bytes().first_chunk::<8>().unwrap();
+            b[(rng.next() % 8) as usize] = (rng.next() % 256) as u8;
+            let digits = b.iter().all(u8::is_ascii_digit);
+            assert_eq!(eight_digits(&b).is_some(), digits, "{b:?}");
         }
     }
 

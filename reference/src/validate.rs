@@ -313,23 +313,21 @@ fn check_structural_shape(block: &Block, at: &str) -> Result<()> {
 
 /// Checks a system frame: typed meta, reserved names, blocks, row references, cell.
 pub fn prepare_system(frame: &mut Frame, at: &str) -> Result<()> {
-    prepare_typed_meta(
-        &mut frame.meta,
-        &mut frame.meta_types,
-        &format!("{at}.meta"),
-    )?;
+    // Paths are formatted only on the error path: readers run this for
+    // every record they read whole.
+    prepare_typed_meta(&mut frame.meta, &mut frame.meta_types, "meta").map_err(|e| e.within(at))?;
     for (name, block) in &mut frame.blocks {
-        let bat = format!("{at}.blocks.{name}");
+        let bat = || format!("{at}.blocks.{name}");
         if name == "box" {
             refuse!(
                 FrameReservedBlockName,
-                bat,
+                bat(),
                 "block name `box` is reserved in a frame"
             );
         }
-        prepare_block(block, &bat)?;
+        prepare_block(block, "").map_err(|e| e.within(&bat()))?;
     }
-    check_cell(frame.cell.as_mut(), &format!("{at}.box"))?;
+    check_cell(frame.cell.as_mut(), "box").map_err(|e| e.within(at))?;
     let blocks: BTreeMap<&str, &Block> =
         frame.blocks.iter().map(|(k, v)| (k.as_str(), v)).collect();
     check_row_references(&blocks, None).map_err(|e| e.within(at))
@@ -349,15 +347,15 @@ pub fn prepare_typed_meta(
         );
     }
     for (key, value) in meta.iter_mut() {
-        let kat = format!("{at}.{key}");
+        let kat = || format!("{at}.{key}");
         if key == "_meta_types" {
-            refuse!(MetaReservedKey, kat, "meta key `_meta_types` is reserved");
+            refuse!(MetaReservedKey, kat(), "meta key `_meta_types` is reserved");
         }
         let tag = *types
             .entry(key.clone())
             .or_insert_with(|| MetaTag::infer(value));
         *value = typed_json::normalize(tag, value)
-            .map_err(|e| Error::refused(Clause::TypedValue, &kat, e))?;
+            .map_err(|e| Error::refused(Clause::TypedValue, kat(), e))?;
     }
     Ok(())
 }
