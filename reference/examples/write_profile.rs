@@ -5,7 +5,7 @@
 //! ```text
 //! cargo build --release --example write_profile
 //! perf record --call-graph dwarf target/release/examples/write_profile 500 /tmp/p.mrec.lmdb
-//! target/release/examples/write_profile RECORDS PATH BATCH_BYTES
+//! target/release/examples/write_profile RECORDS PATH BATCH_BYTES PAGE_SIZE
 //! ```
 
 /// The allocator `mrec` runs with, so the profile is of what `mrec bench` measures.
@@ -33,6 +33,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut options = WriterOptions::default();
     if let Some(bytes) = args.next() {
         options.batch_bytes = bytes.parse()?;
+    }
+    if let Some(page) = args.next() {
+        options.page_size = page.parse()?;
     }
     let mut writer = Writer::create(&path, workload_header(seed, n), options)?;
     for record in records {

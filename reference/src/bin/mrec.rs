@@ -44,6 +44,9 @@ enum Command {
         /// Bytes of encoded records committed per transaction (`meta` is always in the last).
         #[arg(long, default_value_t = WriterOptions::default().batch_bytes)]
         batch_bytes: usize,
+        /// LMDB page size of the new file (a power of two, 4096 to 32768).
+        #[arg(long, default_value_t = WriterOptions::default().page_size)]
+        page_size: u32,
     },
     /// Print the logical content (frames resolved) as canonical JSON.
     Dump {
@@ -97,12 +100,14 @@ fn main() -> ExitCode {
             out,
             overwrite,
             batch_bytes,
+            page_size,
         } => write(
             &model,
             &out,
             WriterOptions {
                 overwrite,
                 batch_bytes,
+                page_size,
             },
         ),
         Command::Dump { file } => dump(&file),

@@ -6,7 +6,7 @@ mod resolve;
 mod writer;
 
 pub use reader::{Reader, RecordTxn, ResolvedView};
-pub use writer::{write_collection, Writer, WriterOptions};
+pub use writer::{write_collection, Writer, WriterOptions, DEFAULT_PAGE_SIZE};
 
 use crate::clause::Clause;
 use crate::error::{Error, Result};

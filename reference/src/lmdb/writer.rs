@@ -43,13 +43,29 @@ pub struct WriterOptions {
     pub overwrite: bool,
     /// Bytes of encoded values buffered before a transaction commits them.
     pub batch_bytes: usize,
+    /// LMDB's page size for the new file: a power of two from 4 KiB to
+    /// 32 KiB (LMDB's largest). Every LMDB reader takes a file's page size
+    /// from its meta page. See [`DEFAULT_PAGE_SIZE`].
+    pub page_size: u32,
 }
+
+/// The page size new files get: 32 KiB. LMDB keeps a value of more than
+/// about half a page on overflow pages of its own, whole pages each, and
+/// leaves the rest of a leaf page empty when the next value does not fit.
+/// With 4 KiB pages a frame of 35-60 atoms (2-3.3 KiB) took a 4 KiB page
+/// to itself and the file was 1.8 times its payload; with 32 KiB pages the
+/// frames of small molecules share leaf pages (docs/benchmark.md). Values
+/// inside leaf pages sit at odd addresses, so they are copied rather than
+/// viewed in place; larger values (over 16 KiB) still get page-aligned
+/// overflow pages.
+pub const DEFAULT_PAGE_SIZE: u32 = 32 << 10;
 
 impl Default for WriterOptions {
     fn default() -> Self {
         WriterOptions {
             overwrite: false,
             batch_bytes: 32 << 20,
+            page_size: DEFAULT_PAGE_SIZE,
         }
     }
 }
@@ -264,7 +280,20 @@ impl Writer {
         if let Some(ff) = &mut header.forcefield {
             validate::prepare_forcefield(ff)?;
         }
+        if !options.page_size.is_power_of_two() || !(4096..=32768).contains(&options.page_size) {
+            return Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "page size {} is not a power of two from 4096 to 32768",
+                    options.page_size
+                ),
+            )));
+        }
         let lock = claim(path, options.overwrite)?;
+        // LMDB gives a new environment the system's page size; one whose
+        // file already holds meta pages keeps theirs. So the two meta pages
+        // of an empty environment are written first, with our page size.
+        write_empty_environment(&lock, options.page_size, 64 << 20)?;
         let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
@@ -509,6 +538,54 @@ impl Writer {
         &self.path
     }
 }
+/// Writes the two meta pages of an empty LMDB environment (LMDB's data
+/// format 1, as `mdb_env_init_meta` writes them) with page size `page_size`
+/// and map size `map_size` into the empty `file`: a main database and a
+/// free-page database without pages, no transaction committed yet.
+fn write_empty_environment(file: &File, page_size: u32, map_size: u64) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    const P_META: u16 = 0x08;
+    const MDB_MAGIC: u32 = 0xBEEF_C0DE;
+    const MDB_DATA_VERSION: u32 = 1;
+    /// `MDB_NOSUBDIR` (this writer's only persistent environment flag)
+    /// and `MDB_INTEGERKEY`, the free-page database's own flag.
+    const FREE_DB_FLAGS: u16 = 0x4000 | 0x08;
+    const NO_PAGE: u64 = u64::MAX;
+    let size = page_size as usize;
+    let mut pages = vec![0u8; 2 * size];
+    for (pgno, page) in pages.chunks_exact_mut(size).enumerate() {
+        let mut at = 0usize;
+        let mut put = |bytes: &[u8]| {
+            page[at..at + bytes.len()].copy_from_slice(bytes);
+            at += bytes.len();
+        };
+        // MDB_page header: pgno, pad, flags, lower, upper.
+        put(&(pgno as u64).to_le_bytes());
+        put(&0u16.to_le_bytes());
+        put(&P_META.to_le_bytes());
+        put(&[0; 4]);
+        // MDB_meta: magic, version, fixed-map address, map size.
+        put(&MDB_MAGIC.to_le_bytes());
+        put(&MDB_DATA_VERSION.to_le_bytes());
+        put(&0u64.to_le_bytes());
+        put(&map_size.to_le_bytes());
+        // Two MDB_db: pad (the page size, for the free-page database),
+        // flags, depth, branch, leaf and overflow pages, entries, root.
+        for (pad, flags) in [(page_size, FREE_DB_FLAGS), (0, 0)] {
+            put(&pad.to_le_bytes());
+            put(&flags.to_le_bytes());
+            put(&0u16.to_le_bytes());
+            put(&[0; 32]);
+            put(&NO_PAGE.to_le_bytes());
+        }
+        // Last page used (the second meta page), last transaction id.
+        put(&1u64.to_le_bytes());
+        put(&0u64.to_le_bytes());
+    }
+    file.write_all_at(&pages, 0)?;
+    Ok(())
+}
+
 /// Takes the writer's exclusive lock on `path`, creating the file.
 fn claim(path: &Path, overwrite: bool) -> Result<File> {
     let file = std::fs::OpenOptions::new()
