@@ -29,7 +29,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let seed = 1;
     // Generated up front: the timed loop below is the writer alone.
     let records: Vec<_> = (0..n).map(|r| workload_record(seed, r)).collect();
-    let (t, cpu) = (Instant::now(), cpu_secs());
+    // `WRITE_PROFILE_PAUSE=S`: wait S seconds here, so that a profiler
+    // attached meanwhile (`perf record -p`) sees only the writer.
+    if let Some(pause) = std::env::var("WRITE_PROFILE_PAUSE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        eprintln!("generated; writing in {pause} s");
+        std::thread::sleep(std::time::Duration::from_secs_f64(pause));
+    }
+    let (t, cpu, faults) = (Instant::now(), cpu_secs(), minor_faults());
     let mut options = WriterOptions::default();
     if let Some(bytes) = args.next() {
         options.batch_bytes = bytes.parse()?;
@@ -46,13 +55,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     writer.finish(BTreeMap::new())?;
     let secs = t.elapsed().as_secs_f64();
     let cpu = cpu_secs() - cpu;
+    let faults = minor_faults() - faults;
     let size = std::fs::metadata(&path)?.len();
     println!(
         "{n} records, {frames} frames: append {appended:.3} s, total {secs:.3} s \
-         (cpu {cpu:.3} s), {:.0} frames/s, file {size} bytes",
+         (cpu {cpu:.3} s, {faults} page faults), {:.0} frames/s, file {size} bytes",
         frames as f64 / secs
     );
     Ok(())
+}
+
+/// Minor page faults of this process so far.
+fn minor_faults() -> i64 {
+    // SAFETY: getrusage writes one `rusage` into the zeroed value we own.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    usage.ru_minflt
 }
 
 /// CPU seconds (user + system) of this process so far.

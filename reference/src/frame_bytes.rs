@@ -166,10 +166,65 @@ pub(crate) fn encode_append<'a, I>(
 ) where
     I: Iterator<Item = (&'a str, &'a Block)> + Clone,
 {
+    encode_update(blocks, info, with_precision, None, out);
+}
+
+/// The `blocks` text of an encoded frame and the payload length it lays
+/// out, which the next frame may reuse ([`encode_update`]).
+#[derive(Debug, Default)]
+pub(crate) struct BlocksText {
+    text: Vec<u8>,
+    payload_len: u64,
+}
+
+/// [`encode_append`], with the `blocks` text kept in `known` (when given)
+/// for the next frame. `reuse`: the caller knows these blocks have the
+/// layout of the frame `known` was kept from (the same names, counts,
+/// structural shapes, targets, attributes, and per column the same name,
+/// dtype, shape, written mask length and written precision, and no string
+/// column): their text, byte for byte, is then copied instead of written.
+/// Whether the text was kept is returned: not for blocks with a string
+/// column, whose values are in the text.
+pub(crate) fn encode_update<'a, I>(
+    blocks: I,
+    info: &FrameInfo,
+    with_precision: bool,
+    known: Option<(&mut BlocksText, bool)>,
+    out: &mut Vec<u8>,
+) -> bool
+where
+    I: Iterator<Item = (&'a str, &'a Block)> + Clone,
+{
     let start = out.len();
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&[0; 4]);
-    let payload_len = write_header(blocks.clone(), info, with_precision, out);
+    out.extend_from_slice(b"{\"blocks\":");
+    let mut kept = false;
+    let payload_len = match known {
+        Some((known, true)) => {
+            out.extend_from_slice(&known.text);
+            kept = true;
+            known.payload_len
+        }
+        Some((known, false)) => {
+            let from = out.len();
+            let payload_len = write_blocks(blocks.clone(), with_precision, out);
+            let strings = blocks.clone().any(|(_, b)| {
+                b.columns
+                    .values()
+                    .any(|c| matches!(c.data, ColumnData::String(_)))
+            });
+            known.text.clear();
+            if !strings {
+                known.text.extend_from_slice(&out[from..]);
+                known.payload_len = payload_len;
+                kept = true;
+            }
+            payload_len
+        }
+        None => write_blocks(blocks.clone(), with_precision, out),
+    };
+    write_header_tail(info, out);
     let header_len = u32::try_from(out.len() - start - 8).expect("frame header larger than 4 GiB");
     out[start + 4..start + 8].copy_from_slice(&header_len.to_le_bytes());
     pad8(out, start);
@@ -182,6 +237,7 @@ pub(crate) fn encode_append<'a, I>(
             }
         }
     }
+    kept
 }
 
 /// Zero bytes up to the next multiple of 8, counted from the value's `start`.
@@ -290,13 +346,12 @@ fn write_buffer(data: &ColumnData, out: &mut Vec<u8>, start: usize) {
     }
 }
 
-/// Writes the header JSON (what `HeaderSer` serializes: the same keys in the
-/// same order, compact) and returns the payload length. Offsets are handed
+/// Writes the header's `blocks` value (what `HeaderSer` serializes: the
+/// same keys in the same order, compact) and returns the payload length. Offsets are handed
 /// out in the order the payload is then written (blocks by name, columns by
 /// name, each column's buffer then its mask).
-fn write_header<'a>(
+fn write_blocks<'a>(
     blocks: impl Iterator<Item = (&'a str, &'a Block)>,
-    info: &FrameInfo,
     with_precision: bool,
     out: &mut Vec<u8>,
 ) -> u64 {
@@ -306,7 +361,6 @@ fn write_header<'a>(
         next = at.saturating_add(len.saturating_add(7) & !7);
         at
     };
-    out.extend_from_slice(b"{\"blocks\":");
     json_list(out, b'{', b'}', blocks, |out, (name, block)| {
         json_str(out, name);
         out.extend_from_slice(b":{\"count\":");
@@ -357,6 +411,11 @@ fn write_header<'a>(
         }
         out.push(b'}');
     });
+    next
+}
+
+/// The header's members after `blocks`, and its closing brace.
+fn write_header_tail(info: &FrameInfo, out: &mut Vec<u8>) {
     out.extend_from_slice(b",\"meta\":");
     json_object(out, &info.meta);
     if let Some(tags) = &info.meta_types {
@@ -380,7 +439,6 @@ fn write_header<'a>(
         json_box(out, cell);
     }
     out.push(b'}');
-    next
 }
 
 /// `open`, the items written by `each` separated by commas, `close`.
@@ -408,8 +466,16 @@ fn json_list<T>(
 /// included, as is.
 fn json_str(out: &mut Vec<u8>, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    out.push(b'"');
     let bytes = s.as_bytes();
+    // Names and most strings need no escape: one copy.
+    if !bytes.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\') {
+        out.reserve(bytes.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(bytes);
+        out.push(b'"');
+        return;
+    }
+    out.push(b'"');
     let mut run = 0;
     for (i, &b) in bytes.iter().enumerate() {
         let short: &[u8] = match b {

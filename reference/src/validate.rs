@@ -839,9 +839,12 @@ fn prepare_trajectory(
     let has_time = traj.frames.first().is_some_and(|f| f.time.is_some());
     let mut previous_step: Option<i64> = None;
     let mut column_sets: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (i, step) in traj.frames.iter_mut().enumerate() {
+    for i in 0..traj.frames.len() {
+        let (done, rest) = traj.frames.split_at_mut(i);
+        let step = &mut rest[0];
         prepare_step(
             step,
+            done.last(),
             previous_step,
             has_time,
             &mut column_sets,
@@ -856,15 +859,26 @@ fn prepare_trajectory(
     let system_refs: BTreeMap<&str, &Block> =
         system_blocks.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let mut resolved: BTreeMap<&str, &Block> = BTreeMap::new();
+    // Whether a resolved block has row-reference columns (else the rule
+    // has nothing to check).
+    let mut references = false;
     for (i, step) in traj.frames.iter().enumerate() {
         if step.blocks.is_empty() {
             continue;
         }
         for (name, block) in &step.blocks {
+            references |= !block.targets.is_empty()
+                || block
+                    .columns
+                    .keys()
+                    .any(|c| ENDPOINT_COLUMNS.contains(&c.as_str()));
             resolved.insert(name, block);
         }
         check_aligned(&resolved, schema)
-            .and_then(|()| check_row_references(&resolved, Some(&system_refs)))
+            .and_then(|()| match references {
+                true => check_row_references(&resolved, Some(&system_refs)),
+                false => Ok(()),
+            })
             .map_err(|e| e.within(&format!("{at}.frames[{i}]")))?;
     }
     Ok(())
@@ -889,9 +903,12 @@ pub fn check_aligned_names(
     Ok(())
 }
 
-/// One trajectory frame; error paths are relative to the frame.
+/// One trajectory frame; error paths are relative to the frame. A block
+/// laid out as the previous frame presented it (already checked, see
+/// [`same_update_layout`]) is only rounded to its declared precision.
 fn prepare_step(
     step: &mut Step,
+    previous: Option<&Step>,
     previous_step: Option<i64>,
     has_time: bool,
     column_sets: &mut BTreeMap<String, Vec<String>>,
@@ -918,10 +935,60 @@ fn prepare_step(
     prepare_step_meta(&mut step.meta, schema)?;
     check_cell(step.cell.as_mut(), "box")?;
     for (name, block) in &mut step.blocks {
+        let repeated = previous
+            .and_then(|p| p.blocks.get(name))
+            .is_some_and(|p| same_update_layout(p, block));
+        if repeated {
+            round_update(name, block, schema);
+            continue;
+        }
         prepare_update(name, block, column_sets, system_blocks, schema)
             .map_err(|e| e.within(&format!("blocks.{name}")))?;
     }
     Ok(())
+}
+
+/// Whether `cur` is laid out as `prev`, an update of the same block at the
+/// previous frame that passed [`prepare_update`]: then every rule of
+/// `prepare_update` has the same outcome for `cur`, since they depend only
+/// on the block's name, count, structural shape and targets and on its
+/// columns' names, dtypes, shapes, lengths, masks and precisions (here: no
+/// mask and no precision, both of which need the full checks).
+fn same_update_layout(prev: &Block, cur: &Block) -> bool {
+    prev.count == cur.count
+        && prev.structural_shape == cur.structural_shape
+        && prev.targets == cur.targets
+        && prev.columns.len() == cur.columns.len()
+        && prev
+            .columns
+            .iter()
+            .zip(&cur.columns)
+            .all(|((na, a), (nb, b))| {
+                na == nb
+                    && a.dtype() == b.dtype()
+                    && a.shape == b.shape
+                    && a.data.len() == b.data.len()
+                    && a.validity.is_none()
+                    && b.validity.is_none()
+                    && b.precision.is_none()
+            })
+}
+
+/// What `prepare_update` does to a block's values: rounding to the
+/// declared precisions.
+fn round_update(name: &str, block: &mut Block, schema: &SequenceSchema) {
+    let Some(decl) = schema.blocks.get(name) else {
+        return;
+    };
+    if decl.columns.values().all(|cd| cd.precision.is_none()) {
+        return;
+    }
+    for (col, column) in &mut block.columns {
+        let precision = decl.columns.get(col).and_then(|cd| cd.precision);
+        if let (Some(p), ColumnData::F64(values)) = (precision, &mut column.data) {
+            round_column(values, p);
+        }
+    }
 }
 
 /// One presented block of a trajectory frame; error paths are relative to it.

@@ -26,7 +26,7 @@ use super::{
     META_KEY,
 };
 use crate::error::{Error, Result};
-use crate::frame_bytes::{encode, encode_append, FrameInfo};
+use crate::frame_bytes::{encode, encode_update, BlocksText, FrameInfo};
 use crate::model::*;
 use crate::validate;
 use heed::{Env, EnvFlags, EnvOpenOptions, MdbError, PutFlags, WithoutTls};
@@ -35,6 +35,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
 
 /// How a writer behaves.
 #[derive(Clone, Debug)]
@@ -90,14 +91,43 @@ pub struct Writer {
     has_trajectory: Vec<bool>,
     total_frames: u64,
     scratch: Vec<u8>,
+    /// The `blocks` text of the last frame written.
+    blocks_text: BlocksText,
 }
 
-/// The database side of the writer: the batch and its commits.
+/// The database side of the writer: the batch being filled, and a thread
+/// that commits the previous one meanwhile (LMDB's puts and the copy of
+/// the dirty pages into the page cache overlap the validation and
+/// encoding of the next records). One batch at most is in the committer's
+/// hands: memory holds two.
 struct Sink {
+    batch: Batch,
+    /// The other batch, when it is not being committed.
+    spare: Option<Batch>,
+    batch_bytes: usize,
+    jobs: Option<mpsc::Sender<Job>>,
+    done: mpsc::Receiver<Result<Done>>,
+    committer: Option<std::thread::JoinHandle<()>>,
+}
+
+/// What the committer thread is asked to do.
+enum Job {
+    /// Write the batch in one transaction and hand it back, cleared.
+    Commit(Batch),
+    /// Flush the file to disk (everything committed so far).
+    Sync,
+}
+
+/// What the committer hands back.
+enum Done {
+    Committed(Batch),
+    Synced,
+}
+
+/// The committer thread's side: the environment and the append order.
+struct Committer {
     env: Env<WithoutTls>,
     db: Db,
-    batch: Batch,
-    batch_bytes: usize,
     /// The greatest key in the database: a put past it appends.
     last_key: Vec<u8>,
 }
@@ -173,20 +203,133 @@ impl Sink {
         Ok(())
     }
 
-    /// Writes the buffered batch in one transaction, growing the map on
-    /// `MDB_MAP_FULL`. A key past every key in the database is appended
-    /// (`MDB_APPEND`: no search, and a full leaf page is left full rather
-    /// than split in half); any other key is put normally.
+    /// A sink writing into `env`, with its committer thread started.
+    fn start(env: Env<WithoutTls>, db: Db, batch_bytes: usize) -> Result<Sink> {
+        let (jobs, inbox) = mpsc::channel::<Job>();
+        let (outbox, done) = mpsc::channel();
+        let mut committer = Committer {
+            env,
+            db,
+            last_key: Vec::new(),
+        };
+        let handle = std::thread::Builder::new()
+            .name("mrec-commit".into())
+            .spawn(move || {
+                for job in inbox {
+                    let answer = match job {
+                        Job::Commit(mut batch) => committer.commit(&batch).map(|()| {
+                            batch.clear();
+                            Done::Committed(batch)
+                        }),
+                        Job::Sync => committer
+                            .env
+                            .force_sync()
+                            .map(|()| Done::Synced)
+                            .map_err(lmdb_error),
+                    };
+                    if outbox.send(answer).is_err() {
+                        break;
+                    }
+                }
+                // The writer is gone (finished or dropped): no transaction
+                // is open; close the environment before the file's lock
+                // is released.
+                committer.env.prepare_for_closing().wait();
+            })?;
+        Ok(Sink {
+            batch: Batch::default(),
+            spare: Some(Batch::default()),
+            batch_bytes,
+            jobs: Some(jobs),
+            done,
+            committer: Some(handle),
+        })
+    }
+
+    /// Hands the buffered batch to the committer, once it is done with the
+    /// previous one.
     fn flush(&mut self) -> Result<()> {
         if self.batch.entries.is_empty() {
             return Ok(());
         }
+        let next = match self.spare.take() {
+            Some(batch) => batch,
+            None => self.committed()?,
+        };
+        let full = std::mem::replace(&mut self.batch, next);
+        self.send(Job::Commit(full))
+    }
+
+    /// Commits everything buffered, waits for it, and flushes the file to disk.
+    fn sync(&mut self) -> Result<()> {
+        self.flush()?;
+        if self.spare.is_none() {
+            let batch = self.committed()?;
+            self.spare = Some(batch);
+        }
+        self.send(Job::Sync)?;
+        match self.answer()? {
+            Done::Synced => Ok(()),
+            Done::Committed(_) => Err(Error::Lmdb("committer: out of order".into())),
+        }
+    }
+
+    /// Stops the committer (which closes the environment) and waits for it.
+    fn close(&mut self) -> Result<()> {
+        self.jobs = None;
+        match self.committer.take().map(std::thread::JoinHandle::join) {
+            Some(Err(_)) => Err(Error::Lmdb("the commit thread panicked".into())),
+            _ => Ok(()),
+        }
+    }
+
+    fn send(&mut self, job: Job) -> Result<()> {
+        let sent = self
+            .jobs
+            .as_ref()
+            .is_some_and(|jobs| jobs.send(job).is_ok());
+        if sent {
+            Ok(())
+        } else {
+            Err(Error::Lmdb("the commit thread has stopped".into()))
+        }
+    }
+
+    /// The batch in the committer's hands, once committed.
+    fn committed(&mut self) -> Result<Batch> {
+        match self.answer()? {
+            Done::Committed(batch) => Ok(batch),
+            Done::Synced => Err(Error::Lmdb("committer: out of order".into())),
+        }
+    }
+
+    fn answer(&mut self) -> Result<Done> {
+        self.done
+            .recv()
+            .map_err(|_| Error::Lmdb("the commit thread has stopped".into()))?
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        // A writer dropped before `finish`: the committer finishes what it
+        // was given (a file without `meta`, refused as uncommitted).
+        let _ = self.close();
+    }
+}
+
+impl Committer {
+    /// Writes `batch` in one transaction, growing the map on
+    /// `MDB_MAP_FULL`. A key past every key in the database is appended
+    /// (`MDB_APPEND`: no search, and a full leaf page is left full rather
+    /// than split in half); any other key is put normally.
+    fn commit(&mut self, batch: &Batch) -> Result<()> {
         let env = &self.env;
         loop {
             let mut last = self.last_key.clone();
             let attempt = (|| -> heed::Result<()> {
                 let mut txn = env.write_txn()?;
-                for (k, v) in self.batch.iter() {
+                for (k, v) in batch.iter() {
                     if k > last.as_slice() {
                         self.db.put_with_flags(&mut txn, PutFlags::APPEND, k, v)?;
                         last.clear();
@@ -200,24 +343,23 @@ impl Sink {
             match attempt {
                 Ok(()) => {
                     self.last_key = last;
-                    break;
+                    return Ok(());
                 }
                 Err(heed::Error::Mdb(MdbError::MapFull)) => {
                     let grown = env
                         .info()
                         .map_size
                         .saturating_mul(2)
-                        .max(self.batch.data.len().saturating_mul(4));
+                        .max(batch.data.len().saturating_mul(4));
                     let page = 1 << 20;
                     // SAFETY: the failed transaction was dropped (aborted);
-                    // this Env is private to the writer, so no transaction is active.
+                    // this Env is private to the writer and only this
+                    // thread opens transactions on it: none is active.
                     unsafe { env.resize(grown.div_ceil(page) * page) }.map_err(lmdb_error)?;
                 }
                 Err(e) => return Err(lmdb_error(e)),
             }
         }
-        self.batch.clear();
-        Ok(())
     }
 }
 
@@ -313,13 +455,7 @@ impl Writer {
         let db: Db = env.create_database(&mut txn, None).map_err(lmdb_error)?;
         txn.commit().map_err(lmdb_error)?;
         let mut writer = Writer {
-            sink: Sink {
-                env,
-                db,
-                batch: Batch::default(),
-                batch_bytes: options.batch_bytes,
-                last_key: Vec::new(),
-            },
+            sink: Sink::start(env, db, options.batch_bytes)?,
             path: path.to_path_buf(),
             _lock: lock,
             meta: header.meta,
@@ -333,6 +469,7 @@ impl Writer {
             has_trajectory: Vec::new(),
             total_frames: 0,
             scratch: Vec::new(),
+            blocks_text: BlocksText::default(),
         };
         if let Some(ff) = header.forcefield {
             let info = FrameInfo {
@@ -405,6 +542,10 @@ impl Writer {
             let mut current: BTreeMap<String, Block> = BTreeMap::new();
             let mut current_cell: Option<Cell> = None;
             let mut changed: Vec<bool> = Vec::new();
+            // The blocks written at the last frame, whose `blocks` text
+            // `self.blocks_text` holds (none yet in this record).
+            let mut last_written: Vec<String> = Vec::new();
+            let mut text_kept = false;
             for step in traj.frames {
                 if n_atoms.is_none() {
                     n_atoms = step.blocks.get("atoms").map(|b| b.count);
@@ -433,16 +574,32 @@ impl Writer {
                         .map(|(name, block)| current.get(name).is_none_or(|c| !c.same_bits(block))),
                 );
                 let j = self.total_frames + frames;
-                encode_append(
+                let written = || {
                     step.blocks
                         .iter()
                         .zip(&changed)
                         .filter(|(_, &c)| c)
-                        .map(|((name, block), _)| (name.as_str(), block)),
+                        .map(|((name, block), _)| (name.as_str(), block))
+                };
+                // The same blocks as the last frame wrote, each laid out as
+                // it was there (what carries forward is what it wrote):
+                // the same `blocks` text.
+                let reuse = text_kept
+                    && written().count() == last_written.len()
+                    && written().zip(&last_written).all(|((name, block), last)| {
+                        name == last && current.get(name).is_some_and(|c| same_layout(c, block))
+                    });
+                text_kept = encode_update(
+                    written(),
                     &info,
                     false,
+                    Some((&mut self.blocks_text, reuse)),
                     &mut self.sink.batch.data,
                 );
+                if !reuse {
+                    last_written.clear();
+                    last_written.extend(written().map(|(name, _)| name.to_string()));
+                }
                 for ((name, block), &c) in step.blocks.into_iter().zip(&changed) {
                     if c {
                         match current.get_mut(&name) {
@@ -510,9 +667,8 @@ impl Writer {
         self.sink.push(INDEX_KEY, &self.scratch)?;
         self.sink.drain(self.record_spill, record_key)?;
         self.sink.drain(self.system_spill, system_key)?;
-        self.sink.flush()?;
         // Every record is on disk before `meta` says the collection exists.
-        self.sink.env.force_sync().map_err(lmdb_error)?;
+        self.sink.sync()?;
         let schema = self
             .given_schema
             .take()
@@ -527,10 +683,8 @@ impl Writer {
         });
         let value = serde_json::to_vec(&meta).map_err(|e| Error::Lmdb(e.to_string()))?;
         self.sink.push(META_KEY, &value)?;
-        self.sink.flush()?;
-        self.sink.env.force_sync().map_err(lmdb_error)?;
-        self.sink.env.prepare_for_closing().wait();
-        Ok(())
+        self.sink.sync()?;
+        self.sink.close()
     }
 
     /// The file being written.
@@ -586,6 +740,36 @@ fn write_empty_environment(file: &File, page_size: u32, map_size: u64) -> Result
     Ok(())
 }
 
+/// Whether two blocks of trajectory updates are written with the same
+/// `blocks` text: the same count, structural shape, targets and
+/// attributes, and the same columns with the same dtypes, shapes and
+/// written masks (a mask is written unless every row is valid). String
+/// columns, whose values are in the text, never compare the same.
+fn same_layout(a: &Block, b: &Block) -> bool {
+    let mask = |c: &Column| {
+        c.validity
+            .as_ref()
+            .filter(|m| !m.iter().all(|&v| v))
+            .map(Vec::len)
+    };
+    a.count == b.count
+        && a.structural_shape == b.structural_shape
+        && a.targets == b.targets
+        && a.attributes == b.attributes
+        && a.columns.len() == b.columns.len()
+        && a.columns
+            .iter()
+            .zip(&b.columns)
+            .all(|((na, ca), (nb, cb))| {
+                na == nb
+                    && ca.dtype() == cb.dtype()
+                    && ca.dtype() != crate::dtype::DType::String
+                    && ca.shape == cb.shape
+                    && ca.data.len() == cb.data.len()
+                    && mask(ca) == mask(cb)
+            })
+}
+
 /// Takes the writer's exclusive lock on `path`, creating the file.
 fn claim(path: &Path, overwrite: bool) -> Result<File> {
     let file = std::fs::OpenOptions::new()
@@ -637,6 +821,7 @@ pub fn write_collection(path: &Path, collection: Collection, options: WriterOpti
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::frame_bytes::encode_append;
 
     /// The writer encodes frames straight into its batch, after other
     /// values: padding counts from the value's start, so each value is
