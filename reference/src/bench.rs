@@ -737,6 +737,9 @@ struct Timing {
     secs: Vec<f64>,
     /// CPU seconds of the whole process during each pass.
     cpu: Vec<f64>,
+    /// Major page faults of the process during each pass: pages of the file
+    /// read from disk, that is, not in the page cache.
+    major_faults: Vec<u64>,
 }
 
 impl Timing {
@@ -794,7 +797,13 @@ impl Timing {
                      "passes": self.secs},
             "cpu_secs": self.cpu,
             "cpu_share": self.cpu_share(),
+            "major_faults": self.major_faults,
         })
+    }
+
+    /// Major page faults over every timed pass.
+    fn faults(&self) -> u64 {
+        self.major_faults.iter().sum()
     }
 }
 
@@ -832,16 +841,25 @@ fn measure<T>(
     bar.inc(1);
     let mut secs = Vec::with_capacity(passes);
     let mut cpu = Vec::with_capacity(passes);
+    let mut major_faults = Vec::with_capacity(passes);
     for _ in 0..passes {
-        let cpu_start = cpu_secs();
+        let (cpu_start, faults_start) = (cpu_secs(), major_faults_so_far());
         let start = Instant::now();
         last = black_box(pass()?);
         secs.push(start.elapsed().as_secs_f64());
         cpu.push(cpu_secs() - cpu_start);
+        major_faults.push(major_faults_so_far().saturating_sub(faults_start));
         bar.inc(1);
     }
     bar.finish_and_clear();
-    Ok((Timing { secs, cpu }, last))
+    Ok((
+        Timing {
+            secs,
+            cpu,
+            major_faults,
+        },
+        last,
+    ))
 }
 
 /// What a views pass saw.
@@ -1100,6 +1118,39 @@ fn mem() -> Mem {
 
 /// User + system CPU seconds of this process so far (all threads), from
 /// /proc/self/stat, in clock ticks of 1/100 s.
+/// Major page faults of this process so far (field 12 of /proc/self/stat).
+fn major_faults_so_far() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(9))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Whether the kernel's DAMON runs a `pageout` scheme: it evicts pages not
+/// touched for a while, page-cache pages of the benchmark's files too, so
+/// a "warm" cache can turn cold between passes (the major faults show it).
+fn damon_pageout() -> bool {
+    let root = Path::new("/sys/kernel/mm/damon/admin/kdamonds");
+    let Ok(kdamonds) = std::fs::read_dir(root) else {
+        return false;
+    };
+    kdamonds.flatten().any(|k| {
+        let on = std::fs::read_to_string(k.path().join("state")).is_ok_and(|s| s.trim() == "on");
+        let pageout = std::fs::read_dir(k.path().join("contexts")).is_ok_and(|contexts| {
+            contexts.flatten().any(|c| {
+                std::fs::read_dir(c.path().join("schemes")).is_ok_and(|schemes| {
+                    schemes.flatten().any(|sc| {
+                        std::fs::read_to_string(sc.path().join("action"))
+                            .is_ok_and(|a| a.trim() == "pageout")
+                    })
+                })
+            })
+        });
+        on && pageout
+    })
+}
+
 fn cpu_secs() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     let fields: Vec<&str> = stat
@@ -1294,7 +1345,8 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
     ]);
     let t = Instant::now();
     writer.finish(index)?;
-    writer_secs += t.elapsed().as_secs_f64();
+    let finish_secs = t.elapsed().as_secs_f64();
+    writer_secs += finish_secs;
     let write_wall = wall.elapsed().as_secs_f64();
     let write_cpu = cpu_secs() - cpu_start;
     write_bar.finish_and_clear();
@@ -1413,6 +1465,7 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
         payload,
         file_bytes,
         writer_secs,
+        finish_secs,
         write_wall,
         write_cpu,
         mem_before,
@@ -1435,6 +1488,7 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
         threads_views: threads_views_t,
         mem_final,
         load: (load_start, load_end),
+        damon_pageout: damon_pageout(),
     };
     Ok(figures.report())
 }
@@ -1450,6 +1504,8 @@ struct Figures {
     payload: u64,
     file_bytes: u64,
     writer_secs: f64,
+    /// Of `writer_secs`, the time in `Writer::finish`.
+    finish_secs: f64,
     write_wall: f64,
     /// CPU seconds of the process over `write_wall`.
     write_cpu: f64,
@@ -1474,6 +1530,8 @@ struct Figures {
     mem_final: Mem,
     /// 1-minute load average at the start and at the end.
     load: (f64, f64),
+    /// Whether DAMON's pageout scheme runs ([`damon_pageout`]).
+    damon_pageout: bool,
 }
 
 /// One line of the table.
@@ -1589,6 +1647,12 @@ impl Figures {
             .cpu(self.write_cpu / self.write_wall),
         );
         rows.push(row(
+            "    of which Writer::finish (index, r/s values, syncs)",
+            format!("{:.2} s", self.finish_secs),
+            format!("of {:.2} s", self.writer_secs),
+            dash(),
+        ));
+        rows.push(row(
             "    write incl. generating the records",
             format!("{} frames/s", rate(n_frames as f64 / self.write_wall)),
             "single run".into(),
@@ -1691,6 +1755,12 @@ impl Figures {
         rows.push(row("    speed (2b)/(5)", m, lo, hi));
         let (m, lo, hi) = r3(views_peer, times);
         rows.push(row("    speed (3)/(5)", m, lo, hi));
+        rows.push(row(
+            "    major page faults in the timed passes: (2) (3) (4)",
+            thousands(self.arrays.faults()),
+            thousands(self.views.faults()),
+            thousands(self.raw.faults()),
+        ));
         let (m, lo, hi) = r3(index, rate);
         rows.push(row("(6) index query (records/s)", m, lo, hi).cpu(self.index.cpu_share()));
         rows.push(row(
@@ -1753,6 +1823,13 @@ impl Figures {
                 ""
             }
         ));
+        if self.damon_pageout {
+            table.push_str(
+                "note: DAMON's pageout scheme runs on this machine: it evicts pages not touched for a \
+                 few seconds, the files' too, so the page cache is not always warm (see the major \
+                 page faults)\n",
+            );
+        }
         table.push_str(&format!(
             "reads: median of {} passes after 1 warm-up pass (min/max = slowest/fastest pass); \
              page cache warm (files just written, then read in the warm-up pass)\n\
@@ -1850,6 +1927,7 @@ impl Figures {
             "machine": machine,
             "load_average_1min": {"start": self.load.0, "end": self.load.1},
             "page_cache": "warm: the files were just written, then read once in the warm-up pass",
+            "damon_pageout": self.damon_pageout,
             "workload": {
                 "records": self.n_records,
                 "frames": n_frames,
@@ -1860,6 +1938,7 @@ impl Figures {
             "write": {
                 "frames_per_s": write_rate,
                 "writer_secs": self.writer_secs,
+                "finish_secs": self.finish_secs,
                 "frames_per_s_with_generation": n_frames as f64 / self.write_wall,
                 "wall_secs_with_generation": self.write_wall,
                 "cpu_secs_with_generation": self.write_cpu,

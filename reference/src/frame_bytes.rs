@@ -1156,6 +1156,8 @@ fn set<T, E: de::Error>(slot: &mut Option<T>, value: T, field: &'static str) -> 
 
 struct RawHeader<'a> {
     blocks: BTreeMap<String, BlockRef<'a>>,
+    /// Where the `blocks` value's text is (the fast scanner only).
+    blocks_range: Option<std::ops::Range<usize>>,
     meta: Option<Document>,
     meta_types: Option<BTreeMap<String, TagName>>,
     step: Option<Value>,
@@ -1281,6 +1283,7 @@ impl<'de, 'a> Visitor<'de> for HeaderSeed<'_, 'a> {
         let blocks = blocks.ok_or_else(|| de::Error::missing_field("blocks"))?;
         Ok(RawHeader {
             blocks,
+            blocks_range: None,
             meta,
             meta_types,
             step,
@@ -1682,6 +1685,17 @@ fn scan_header<'a>(
     after_blocks: bool,
     recycled: Option<Document>,
 ) -> Option<FrameRef<'a>> {
+    scan_header_ranged(value, text, payload_start, after_blocks, recycled).map(|(frame, _)| frame)
+}
+
+/// [`scan_header`], with where the `blocks` value's text is.
+fn scan_header_ranged<'a>(
+    value: &'a [u8],
+    text: &str,
+    payload_start: usize,
+    after_blocks: bool,
+    recycled: Option<Document>,
+) -> Option<(FrameRef<'a>, Option<std::ops::Range<usize>>)> {
     let ctx = Ctx {
         value,
         payload_start,
@@ -1697,7 +1711,8 @@ fn scan_header<'a>(
     if scan.peek().is_some() {
         return None;
     }
-    finish(raw).ok()
+    let range = raw.blocks_range.clone();
+    finish(raw).ok().map(|frame| (frame, range))
 }
 
 /// The bytes that end a plain string: its closing quote, or what the scanner
@@ -1993,11 +2008,18 @@ impl<'t> Scan<'t> {
     ) -> Option<RawHeader<'a>> {
         let (mut blocks, mut meta, mut meta_types, mut step, mut time, mut cell) =
             (None, None, None, None, None, None);
+        let mut blocks_range = None;
         if after_blocks {
             blocks = Some(BTreeMap::new());
         }
         let member = |s: &mut Self, key: &str| match key {
-            "blocks" => once(&mut blocks, s.blocks(ctx)?),
+            "blocks" => {
+                s.ws();
+                let start = s.at;
+                once(&mut blocks, s.blocks(ctx)?)?;
+                blocks_range = Some(start..s.at);
+                Some(())
+            }
             "meta" => {
                 let save = s.at;
                 let reused = recycled
@@ -2047,6 +2069,7 @@ impl<'t> Scan<'t> {
         }
         Some(RawHeader {
             blocks: blocks?,
+            blocks_range,
             meta,
             meta_types,
             step,
@@ -2469,7 +2492,15 @@ impl BlocksMemo {
 
     /// Remembers `frame`'s blocks (decoded in full from `text`), when the
     /// result does not depend on payload bytes.
-    fn remember(&mut self, text: &str, payload_len: usize, frame: &FrameRef<'_>) {
+    /// `range`: where the `blocks` value is in `text`, when the scanner
+    /// said (else it is found again).
+    fn remember(
+        &mut self,
+        text: &str,
+        range: Option<std::ops::Range<usize>>,
+        payload_len: usize,
+        frame: &FrameRef<'_>,
+    ) {
         self.usable = false;
         let reads_payload = frame.blocks.values().any(|b| {
             b.columns
@@ -2477,6 +2508,13 @@ impl BlocksMemo {
                 .any(|c| c.dtype == DType::Bool || c.validity.is_some())
         });
         if reads_payload {
+            return;
+        }
+        if let Some(range) = range.filter(|r| r.start == BLOCKS_FIRST.len()) {
+            self.text.clear();
+            self.text.extend_from_slice(&text.as_bytes()[range]);
+            self.payload_len = payload_len;
+            self.usable = true;
             return;
         }
         let mut scan = Scan {
@@ -2562,11 +2600,11 @@ pub fn decode_update<'a>(value: &'a [u8], memo: &mut BlocksMemo) -> Result<Updat
         }
     }
     let text = header_utf8(header)?;
-    let frame = match decode_fast_header(value, text, payload_start) {
-        Some(frame) => frame,
-        None => decode_serde(value, text, payload_start)?,
+    let (frame, range) = match scan_header_ranged(value, text, payload_start, false, None) {
+        Some(scanned) => scanned,
+        None => (decode_serde(value, text, payload_start)?, None),
     };
-    memo.remember(text, payload.len(), &frame);
+    memo.remember(text, range, payload.len(), &frame);
     Ok(Update::Full { frame, payload })
 }
 

@@ -65,7 +65,7 @@ impl Default for WriterOptions {
     fn default() -> Self {
         WriterOptions {
             overwrite: false,
-            batch_bytes: 32 << 20,
+            batch_bytes: 16 << 20,
             page_size: DEFAULT_PAGE_SIZE,
         }
     }
