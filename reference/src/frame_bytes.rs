@@ -2567,36 +2567,93 @@ pub enum Update<'a> {
 /// [`Update::SameBlocks`], without decoding or allocating its blocks again.
 /// Accepts and refuses exactly what [`decode`] does.
 pub fn decode_update<'a>(value: &'a [u8], memo: &mut BlocksMemo) -> Result<Update<'a>> {
+    match decode_update_known(value, memo, &mut |_, _| None::<()>)? {
+        Known::Update(update) => Ok(update),
+        // The lookup never finds anything.
+        Known::Found { payload, info, .. } => Ok(Update::SameBlocks { payload, info }),
+    }
+}
+
+/// What [`decode_update_known`] returns.
+#[derive(Debug)]
+pub(crate) enum Known<'a, K> {
+    /// What [`decode_update`] returns.
+    Update(Update<'a>),
+    /// The update's `blocks` text (and payload length) is one `known` knew:
+    /// what it made of an earlier update with that text, this update's
+    /// payload and the rest of its header, decoded and checked as
+    /// [`decode`] does. `memo` now holds that text.
+    Found {
+        known: K,
+        payload: &'a [u8],
+        info: FrameInfo,
+    },
+}
+
+/// [`decode_update`], asking `known` about the update's `blocks` text (and
+/// payload length) before decoding it, when it is not the memo's: an
+/// answer is something the caller made of an earlier update with the same
+/// text (so the same blocks, the same buffers at the same offsets), and
+/// then the text is not decoded again. Accepts and refuses exactly what
+/// [`decode`] does, whatever `known` answers, provided it answers only
+/// for a text it was handed with an update [`decode_update`] decoded in
+/// full and remembered (one whose decoding reads no payload bytes).
+pub(crate) fn decode_update_known<'a, K>(
+    value: &'a [u8],
+    memo: &mut BlocksMemo,
+    known: &mut dyn FnMut(&[u8], usize) -> Option<K>,
+) -> Result<Known<'a, K>> {
     let (header, payload_start) = header_bytes(value)?;
     // `header_bytes` checked payload_start <= value.len().
     let payload = value.get(payload_start..).unwrap_or_default();
-    if memo.usable && payload.len() == memo.payload_len {
-        let rest = header
-            .strip_prefix(BLOCKS_FIRST)
-            .and_then(|h| h.strip_prefix(memo.text.as_slice()));
-        if let Some(rest) = rest {
-            let mut meta = std::mem::take(&mut memo.recycled);
-            // The tail the encoder writes, read in one pass; anything else
-            // goes to the scanner (the known blocks text was UTF-8, as part
-            // of an accepted header; the rest is checked here).
-            if let Some((step, time)) = update_tail(rest, &mut meta) {
-                let info = FrameInfo {
-                    meta,
-                    meta_types: None,
-                    step: Some(step),
-                    time,
-                    cell: None,
-                };
-                return Ok(Update::SameBlocks { payload, info });
-            }
-            if let Ok(rest) = std::str::from_utf8(rest) {
-                if let Some(frame) = scan_header(value, rest, payload_start, true, Some(meta)) {
-                    return Ok(Update::SameBlocks {
-                        payload,
-                        info: frame.info,
-                    });
-                }
-            }
+    let repeated = (memo.usable && payload.len() == memo.payload_len)
+        .then(|| {
+            header
+                .strip_prefix(BLOCKS_FIRST)
+                .and_then(|h| h.strip_prefix(memo.text.as_slice()))
+        })
+        .flatten();
+    let mut found = None;
+    let rest = match repeated {
+        Some(rest) => Some(rest),
+        None => header.strip_prefix(BLOCKS_FIRST).and_then(|h| {
+            let end = json_value_end(h)?;
+            let answer = known(&h[..end], payload.len())?;
+            found = Some(answer);
+            memo.text.clear();
+            memo.text.extend_from_slice(&h[..end]);
+            memo.payload_len = payload.len();
+            memo.usable = true;
+            Some(&h[end..])
+        }),
+    };
+    if let Some(rest) = rest {
+        let mut meta = std::mem::take(&mut memo.recycled);
+        // The tail the encoder writes, read in one pass; anything else goes
+        // to the scanner (the known blocks text was UTF-8, as part of an
+        // accepted header; the rest is checked here).
+        let info = match update_tail(rest, &mut meta) {
+            Some((step, time)) => Some(FrameInfo {
+                meta,
+                meta_types: None,
+                step: Some(step),
+                time,
+                cell: None,
+            }),
+            None => std::str::from_utf8(rest)
+                .ok()
+                .and_then(|rest| scan_header(value, rest, payload_start, true, Some(meta)))
+                .map(|frame| frame.info),
+        };
+        if let Some(info) = info {
+            return Ok(match found {
+                Some(known) => Known::Found {
+                    known,
+                    payload,
+                    info,
+                },
+                None => Known::Update(Update::SameBlocks { payload, info }),
+            });
         }
     }
     let text = header_utf8(header)?;
@@ -2605,7 +2662,52 @@ pub fn decode_update<'a>(value: &'a [u8], memo: &mut BlocksMemo) -> Result<Updat
         None => (decode_serde(value, text, payload_start)?, None),
     };
     memo.remember(text, range, payload.len(), &frame);
-    Ok(Update::Full { frame, payload })
+    Ok(Known::Update(Update::Full { frame, payload }))
+}
+
+/// Where the JSON value at the start of `bytes` ends (not checked: the
+/// caller only compares the text with texts it knows), `None` past the
+/// end of the bytes or [`FAST_MAX_DEPTH`].
+fn json_value_end(bytes: &[u8]) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut at = 0usize;
+    loop {
+        match *bytes.get(at)? {
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > FAST_MAX_DEPTH {
+                    return None;
+                }
+            }
+            b'}' | b']' => depth = depth.checked_sub(1)?,
+            b'"' => {
+                at += 1;
+                loop {
+                    match *bytes.get(at)? {
+                        b'"' => break,
+                        b'\\' => at += 2,
+                        _ => at += 1,
+                    }
+                }
+            }
+            _ if depth == 0 => return None,
+            _ => {}
+        }
+        at += 1;
+        if depth == 0 {
+            return Some(at);
+        }
+    }
+}
+
+impl BlocksMemo {
+    /// The `blocks` text (and payload length) of the last update, when the
+    /// memo holds it: [`decode_update_known`]'s caller may keep what it
+    /// made of that update for later ones with the same text.
+    pub(crate) fn holds(&self) -> Option<(&[u8], usize)> {
+        self.usable
+            .then_some((self.text.as_slice(), self.payload_len))
+    }
 }
 
 /// What follows a repeated `blocks` value in the header of a trajectory

@@ -671,6 +671,19 @@ fn benchmark_frames_reencode_identically() {
     let written = writer.frames();
     writer.finish(Default::default()).unwrap();
     assert_eq!(frames_reencode_identically(&path) as u64, written);
+    // Records of one size share their first update's layout: most of
+    // them take it from the transaction's cache, and read alike.
+    records_read_alike(&path);
+    let reader = Reader::open(&path).unwrap();
+    let txn = reader.txn().unwrap();
+    for r in (0..n).rev() {
+        txn.record_arrays(r).unwrap();
+    }
+    assert!(
+        txn.layouts_reused() > n / 2,
+        "{} of {n} records took their layout from the cache",
+        txn.layouts_reused()
+    );
 }
 
 /// Every record of the file reads the same through `record` (column-wise,
@@ -684,7 +697,12 @@ fn records_read_alike(path: &Path) {
         let arrays = txn.record_arrays(r).unwrap();
         let model = txn.record_reference(r).unwrap();
         let fast = arrays.clone().into_record();
-        assert_eq!(format!("{fast:?}"), format!("{model:?}"), "{} records[{r}]", path.display());
+        assert_eq!(
+            format!("{fast:?}"),
+            format!("{model:?}"),
+            "{} records[{r}]",
+            path.display()
+        );
         let (Some(traj), Some(frames)) = (&arrays.trajectory, &model.trajectory) else {
             continue;
         };
@@ -701,7 +719,11 @@ fn records_read_alike(path: &Path) {
                     });
                     if column.dtype() == molrec::DType::F64 {
                         let got = series.f64_at(col, k);
-                        assert_eq!(format!("{got:?}"), format!("{want:?}"), "{name}.{col} at {k}");
+                        assert_eq!(
+                            format!("{got:?}"),
+                            format!("{want:?}"),
+                            "{name}.{col} at {k}"
+                        );
                     }
                 }
             }

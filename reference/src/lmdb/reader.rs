@@ -2,7 +2,7 @@
 //! read on demand, its frames resolved by carry-forward and checked against
 //! the declaration and the model rules.
 
-use super::resolve::Resolver;
+use super::resolve::{Layout, LayoutCache, Resolver};
 use super::{
     frame_key, lmdb_error, open_read_env, record_key, system_key, Db, FF_KEY, INDEX_KEY, LAYOUT,
     LAYOUT_VERSION, META_KEY,
@@ -11,7 +11,8 @@ use crate::arrays::RecordArrays;
 use crate::clause::Clause;
 use crate::error::{refuse, Error, Result};
 use crate::frame_bytes::{
-    decode, decode_update, BlockRef, BlocksMemo, FrameInfo, FrameRef, Update,
+    decode, decode_update, decode_update_known, BlockRef, BlocksMemo, FrameInfo, FrameRef, Known,
+    Update,
 };
 use crate::model::*;
 use crate::model_json;
@@ -19,9 +20,11 @@ use crate::typed_json;
 use crate::validate;
 use heed::{Env, RoTxn, WithoutTls};
 use serde_json::Value;
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::path::Path;
+use std::rc::Rc;
 
 /// An open collection file.
 pub struct Reader {
@@ -117,6 +120,7 @@ impl Reader {
         Ok(RecordTxn {
             reader: self,
             txn: self.env.read_txn().map_err(lmdb_error)?,
+            layouts: RefCell::default(),
         })
     }
 
@@ -158,6 +162,8 @@ impl Reader {
 pub struct RecordTxn<'r> {
     reader: &'r Reader,
     txn: RoTxn<'r, WithoutTls>,
+    /// Layouts of full updates met by `record_arrays` in this transaction.
+    layouts: RefCell<LayoutCache>,
 }
 
 impl<'r> RecordTxn<'r> {
@@ -298,7 +304,7 @@ impl<'r> RecordTxn<'r> {
         let mut repeated: Vec<String> = Vec::new();
         let mut payload: &[u8] = &[];
         let schema = &self.reader.schema;
-        self.walk_updates(r, |u| {
+        self.walk_updates(r, None, |u| {
             let step = update_step(&u.info, schema).map_err(|e| u.located(e))?;
             let full = match u.blocks.take() {
                 Some(full) => Some(full),
@@ -345,7 +351,16 @@ impl<'r> RecordTxn<'r> {
     /// (`records[r].trajectory.frames[k]`). `visit` gets each update, and
     /// checks its per-step keys and step first ([`update_step`]); what it
     /// leaves of the meta document serves the next update.
-    pub(super) fn walk_updates<'t, F>(&'t self, r: u64, mut visit: F) -> Result<()>
+    ///
+    /// With `layouts` (the resolver's walk), a full update comes as its
+    /// [`Layout`], which the cache may already hold for its `blocks` text
+    /// (then the text is not decoded again) and is offered to it.
+    pub(super) fn walk_updates<'t, F>(
+        &'t self,
+        r: u64,
+        layouts: Option<&RefCell<LayoutCache>>,
+        mut visit: F,
+    ) -> Result<()>
     where
         F: FnMut(&mut Walked<'t>) -> Result<()>,
     {
@@ -378,19 +393,47 @@ impl<'r> RecordTxn<'r> {
                     )))
                 }
             };
-            let (blocks, payload, info) = match decode_update(value, &mut memo).map_err(located)? {
-                Update::Full { frame, payload } => {
-                    check_update_blocks(&frame, &self.reader.schema).map_err(located)?;
-                    (Some(frame.blocks), payload, frame.info)
+            // The cache is skipped if it is in use (a walk inside a walk).
+            let mut cache = layouts.and_then(|c| c.try_borrow_mut().ok());
+            let decoded = match &mut cache {
+                None => Known::Update(decode_update(value, &mut memo).map_err(located)?),
+                Some(cache) => {
+                    decode_update_known(value, &mut memo, &mut |text, len| cache.get(text, len))
+                        .map_err(located)?
                 }
-                Update::SameBlocks { payload, info } => (None, payload, info),
             };
+            let (mut blocks, mut layout, payload, info) = match decoded {
+                Known::Update(Update::Full { frame, payload }) => {
+                    check_update_blocks(&frame, &self.reader.schema).map_err(located)?;
+                    (Some(frame.blocks), None, payload, frame.info)
+                }
+                Known::Update(Update::SameBlocks { payload, info }) => (None, None, payload, info),
+                Known::Found {
+                    known,
+                    payload,
+                    info,
+                } => (None, Some(known), payload, info),
+            };
+            if let (Some(cache), Some(full)) = (&mut cache, blocks.take_if(|_| layouts.is_some())) {
+                let kept = Layout::of(full, payload).map(Rc::new);
+                if let (Some(kept), Some((text, len))) = (&kept, memo.holds()) {
+                    cache.offer(text, len, kept);
+                }
+                layout = kept;
+                if layout.is_none() {
+                    // Not expected: a buffer outside the payload. The
+                    // resolver decodes the update itself.
+                    blocks = Some(decode(value).map_err(located)?.blocks);
+                }
+            }
+            drop(cache);
             let mut walked = Walked {
                 r,
                 k,
                 value,
                 payload,
                 blocks,
+                layout,
                 info,
             };
             visit(&mut walked)?;
@@ -413,7 +456,9 @@ impl<'r> RecordTxn<'r> {
             let system_blocks = system.as_ref().map_or(&no_blocks, |s| &s.blocks);
             let frames = self.reader.frame_counts.get(i).copied().unwrap_or(0);
             let mut resolver = Resolver::new(&self.reader.schema, system_blocks, frames);
-            self.walk_updates(r, |u| resolver.update(u).map_err(|e| e.within(&tat())))?;
+            self.walk_updates(r, Some(&self.layouts), |u| {
+                resolver.update(u).map_err(|e| e.within(&tat()))
+            })?;
             Some(resolver.finish())
         } else {
             if self.reader.frame_counts.get(i).copied().unwrap_or(0) != 0 {
@@ -451,6 +496,14 @@ impl<'r> RecordTxn<'r> {
             system,
             trajectory,
         })
+    }
+
+    /// How many updates `record_arrays` found the layout of in this
+    /// transaction's cache instead of decoding their `blocks` text. For
+    /// tests and profiles. Not for general use.
+    #[doc(hidden)]
+    pub fn layouts_reused(&self) -> u64 {
+        self.layouts.try_borrow().map_or(0, |c| c.hits)
     }
 
     /// Record r: meta, system and trajectory resolved into owned arrays
@@ -542,8 +595,10 @@ pub(super) struct Walked<'t> {
     pub payload: &'t [u8],
     /// The update's blocks, checked against the declaration; `None` when
     /// its `blocks` text is the last full update's (the same blocks, their
-    /// buffers at the same offsets of this payload).
+    /// buffers at the same offsets of this payload) or when `layout` has it.
     pub blocks: Option<BTreeMap<String, BlockRef<'t>>>,
+    /// The update's layout, on the resolver's walk.
+    pub layout: Option<Rc<Layout>>,
     /// Meta, step, time and cell, not checked against the declaration.
     pub info: FrameInfo,
 }

@@ -35,7 +35,9 @@ use crate::model::*;
 use crate::precision::round_column;
 use crate::typed_json::MetaTag;
 use crate::validate::ENDPOINT_COLUMNS;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::rc::Rc;
 
 /// Frames reserved ahead for the per-frame arrays, and elements for each
 /// column, from what the index claims: a typical record is gathered
@@ -60,11 +62,9 @@ pub(super) struct Resolver<'s> {
     cell_now: Option<u32>,
     previous_step: Option<i64>,
     has_time: Option<bool>,
-    /// Where each buffer of the last full update is in its payload; `None`
-    /// when an update cannot be repeated from its payload alone.
-    plan: Option<Vec<PlannedBlock>>,
-    /// The payload length the plan's buffers need.
-    plan_needs: usize,
+    /// The layout of the last full update: an update with the same
+    /// `blocks` text finds its values at the same places of its payload.
+    plan: Option<Rc<Layout>>,
     /// Whether the declaration has aligned blocks (else the aligned rule
     /// has nothing to check).
     has_aligned: bool,
@@ -92,24 +92,147 @@ struct BlockState {
     references: Vec<(usize, String)>,
 }
 
-/// A block of the last full update: its row count and where its buffers are.
-struct PlannedBlock {
-    block: usize,
-    count: u64,
-    /// Whether a column is a string column.
-    strings: bool,
-    /// For each column in order, where its values are.
-    buffers: Vec<Planned>,
+/// What the resolver keeps of a full update's blocks: everything but the
+/// payload, whose bytes it reads at the offsets given. The same `blocks`
+/// text (and payload length) makes the same layout, so one layout serves
+/// every update that repeats the text, in this record and (through the
+/// transaction's [`LayoutCache`]) in later records.
+#[derive(Debug)]
+pub(super) struct Layout {
+    blocks: Vec<LayoutBlock>,
 }
 
-/// Where a column of a repeated update finds its values.
-#[derive(Clone, Copy)]
-enum Planned {
-    /// A numeric buffer: offset and length in the payload.
+#[derive(Debug)]
+struct LayoutBlock {
+    name: String,
+    count: u64,
+    head: BlockHead,
+    columns: Vec<LayoutColumn>,
+}
+
+#[derive(Debug)]
+struct LayoutColumn {
+    name: String,
+    dtype: DType,
+    /// The shape after the leading axis (the count).
+    trailing: Vec<u64>,
+    precision: Option<f64>,
+    data: LayoutData,
+    /// Offset and length of the mask in the payload.
+    mask: Option<(usize, usize)>,
+}
+
+#[derive(Debug)]
+enum LayoutData {
+    /// Offset and length of the buffer in the payload.
     Buffer(usize, usize),
-    /// A string column: its values are in the header, so the previous
-    /// update's again.
-    Strings,
+    /// A string column's values (from the header).
+    Strings(Vec<String>),
+}
+
+impl Layout {
+    /// The layout of decoded `blocks` whose buffers lie in `payload`;
+    /// `None` if one does not (not expected: the decoder takes them from
+    /// it).
+    pub(super) fn of(blocks: BTreeMap<String, BlockRef<'_>>, payload: &[u8]) -> Option<Layout> {
+        let at = |bytes: &[u8]| -> Option<(usize, usize)> {
+            let offset = (bytes.as_ptr() as usize).checked_sub(payload.as_ptr() as usize)?;
+            (offset.checked_add(bytes.len())? <= payload.len()).then_some((offset, bytes.len()))
+        };
+        let mut out = Vec::with_capacity(blocks.len());
+        for (name, block) in blocks {
+            let mut columns = Vec::with_capacity(block.columns.len());
+            for (col, column) in block.columns {
+                let mut shape = column.shape;
+                shape.remove(0);
+                columns.push(LayoutColumn {
+                    name: col,
+                    dtype: column.dtype,
+                    trailing: shape,
+                    precision: column.precision,
+                    data: match column.data {
+                        ColumnBytes::Buffer(bytes) => {
+                            let (o, len) = at(bytes)?;
+                            LayoutData::Buffer(o, len)
+                        }
+                        ColumnBytes::Strings(values) => LayoutData::Strings(values),
+                    },
+                    mask: match column.validity {
+                        Some(mask) => Some(at(mask)?),
+                        None => None,
+                    },
+                });
+            }
+            out.push(LayoutBlock {
+                name,
+                count: block.count,
+                head: BlockHead {
+                    structural_shape: block.structural_shape,
+                    targets: block.targets,
+                    attributes: block.attributes,
+                },
+                columns,
+            });
+        }
+        Some(Layout { blocks: out })
+    }
+}
+
+/// Layouts of the full updates a read transaction met, by `blocks` text
+/// and payload length: the first update of a record usually has an earlier
+/// record's text (the same blocks, columns and row counts). A text is kept
+/// the second time it is met, so a file whose every record is laid out
+/// differently costs only the check; at most [`LayoutCache::CAPACITY`]
+/// are kept (all forgotten when it is full).
+#[derive(Debug, Default)]
+pub(super) struct LayoutCache {
+    /// By text, then by payload length.
+    layouts: HashMap<Box<[u8]>, Vec<SizedLayout>>,
+    kept: usize,
+    seen: HashSet<u64>,
+    /// How many updates found their layout here.
+    pub(super) hits: u64,
+}
+
+/// A layout and the payload length it was made for.
+type SizedLayout = (usize, Rc<Layout>);
+
+impl LayoutCache {
+    const CAPACITY: usize = 1024;
+
+    /// The layout kept for this text and payload length.
+    pub(super) fn get(&mut self, text: &[u8], payload_len: usize) -> Option<Rc<Layout>> {
+        if self.kept == 0 {
+            return None;
+        }
+        let kept = self.layouts.get(text)?;
+        let layout = kept
+            .iter()
+            .find(|(len, _)| *len == payload_len)
+            .map(|(_, layout)| Rc::clone(layout))?;
+        self.hits += 1;
+        Some(layout)
+    }
+
+    /// Offers the layout of a full update with this text (the memo's: the
+    /// update reads no payload bytes) for later updates.
+    pub(super) fn offer(&mut self, text: &[u8], payload_len: usize, layout: &Rc<Layout>) {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (payload_len, text).hash(&mut hasher);
+        if self.seen.insert(hasher.finish()) {
+            return;
+        }
+        if self.kept >= Self::CAPACITY {
+            self.layouts.clear();
+            self.seen.clear();
+            self.kept = 0;
+        }
+        let kept = self.layouts.entry(Box::from(text)).or_default();
+        if kept.iter().all(|(len, _)| *len != payload_len) {
+            kept.push((payload_len, Rc::clone(layout)));
+            self.kept += 1;
+        }
+    }
 }
 
 impl<'s> Resolver<'s> {
@@ -139,7 +262,6 @@ impl<'s> Resolver<'s> {
             previous_step: None,
             has_time: None,
             plan: None,
-            plan_needs: 0,
             has_aligned: schema.blocks.values().any(|d| d.aligned_with.is_some()),
             step_fault: None,
             resolution_fault: None,
@@ -155,31 +277,37 @@ impl<'s> Resolver<'s> {
     /// (refusals that come before any rule); broken rules are kept.
     pub(super) fn update(&mut self, u: &mut Walked<'_>) -> Result<()> {
         let k = u.k;
-        let step = self
-            .meta_and_step(&u.info)
-            .map_err(|e| e.within(&format!("frames[{k}]")))?;
+        let located = |e: Error| e.within(&format!("frames[{k}]"));
+        let step = self.meta_and_step(&u.info).map_err(located)?;
+        // A full update's layout; `None`: the blocks of the last full one.
+        let layout = match (u.blocks.take(), u.layout.take()) {
+            (Some(blocks), _) => Some(Rc::new(layout_of(blocks, u.payload).map_err(located)?)),
+            (None, layout) => layout,
+        };
         if self.step_fault.is_none() {
-            if let Err(e) = self.step_rules(u, step) {
+            if let Err(e) = self.step_rules(u, step, layout.as_deref()) {
                 self.step_fault = Some((k, e));
             }
         }
         if !self.building() {
             return Ok(());
         }
-        let located = |e: Error| e.within(&format!("frames[{k}]"));
-        let updated = match u.blocks.take() {
-            Some(blocks) => self.append_full(blocks, u.payload).map_err(located)?,
-            None => match self.append_same(u.payload) {
-                Some(updated) => updated,
-                None => {
-                    // Not expected (the payload has the length the plan was
-                    // made for); decoding in full is always right.
-                    let frame = decode(u.value).map_err(located)?;
-                    let payload_start = u.value.len() - u.payload.len();
-                    let payload = &u.value[payload_start..];
-                    self.append_full(frame.blocks, payload).map_err(located)?
-                }
-            },
+        let updated = match (layout, self.plan.clone()) {
+            (Some(layout), _) => {
+                let updated = self.append(&layout, u.payload, false).map_err(located)?;
+                self.plan = Some(layout);
+                updated
+            }
+            (None, Some(plan)) => self.append(&plan, u.payload, true).map_err(located)?,
+            (None, None) => {
+                // Not expected (a repeated update follows a full one);
+                // decoding in full is always right.
+                let frame = decode(u.value).map_err(located)?;
+                let layout = Rc::new(layout_of(frame.blocks, u.payload).map_err(located)?);
+                let updated = self.append(&layout, u.payload, false).map_err(located)?;
+                self.plan = Some(layout);
+                updated
+            }
         };
         self.steps.push(step);
         if let (Some(times), Some(t)) = (&mut self.times, u.info.time) {
@@ -233,7 +361,7 @@ impl<'s> Resolver<'s> {
 
     /// The rules of one update that `prepare_step` checks, in its order;
     /// paths relative to the trajectory.
-    fn step_rules(&mut self, u: &Walked<'_>, step: i64) -> Result<()> {
+    fn step_rules(&mut self, u: &Walked<'_>, step: i64, layout: Option<&Layout>) -> Result<()> {
         let located = |e: Error| e.within(&format!("frames[{}]", u.k));
         if let Some(prev) = self.previous_step {
             if step <= prev {
@@ -260,18 +388,20 @@ impl<'s> Resolver<'s> {
         // file must carry every key; the decoder normalizes the cell).
         // An update with the same blocks text as the last full one has the
         // same outcome: only full updates are checked again.
-        if let Some(blocks) = &u.blocks {
-            for (name, block) in blocks {
-                self.block_rules(name, block)
-                    .map_err(|e| located(e.within(&format!("blocks.{name}"))))?;
+        if let Some(layout) = layout {
+            for block in &layout.blocks {
+                self.block_rules(block, u.payload)
+                    .map_err(|e| located(e.within(&format!("blocks.{}", block.name))))?;
             }
         }
         Ok(())
     }
 
     /// `prepare_update`'s rules for one block of a full update (paths
-    /// relative to the block). Also records the record's first column set.
-    fn block_rules(&mut self, name: &str, block: &BlockRef<'_>) -> Result<()> {
+    /// relative to the block). Also records the record's first column set
+    /// while no array is built (the arrays hold it otherwise).
+    fn block_rules(&mut self, block: &LayoutBlock, payload: &[u8]) -> Result<()> {
+        let name = block.name.as_str();
         let Some(decl) = self.schema.blocks.get(name) else {
             refuse!(
                 RecordOutsideDeclaration,
@@ -290,7 +420,7 @@ impl<'s> Resolver<'s> {
                 );
             }
         }
-        if let Some(shape) = &block.structural_shape {
+        if let Some(shape) = &block.head.structural_shape {
             let product = shape.iter().try_fold(1u64, |a, &b| a.checked_mul(b));
             if product != Some(block.count) {
                 refuse!(
@@ -301,38 +431,29 @@ impl<'s> Resolver<'s> {
                 );
             }
         }
+        let names = || block.columns.iter().map(|c| c.name.as_str());
         match self.blocks.iter().find(|b| b.name == name) {
-            Some(state)
-                if state.column_set.len() != block.columns.len()
-                    || !state
-                        .column_set
-                        .iter()
-                        .zip(block.columns.keys())
-                        .all(|(a, b)| a == b) =>
-            {
-                let names: Vec<&String> = block.columns.keys().collect();
+            Some(state) if !names().eq(state.column_names()) => {
+                let names: Vec<&str> = names().collect();
+                let earlier: Vec<&str> = state.column_names().collect();
                 refuse!(
                     BlockColumnSetStable,
                     "",
-                    "columns {names:?} differ from this record's earlier update {:?}",
-                    state.column_set
+                    "columns {names:?} differ from this record's earlier update {earlier:?}"
                 );
             }
             Some(_) => {}
-            None => self.blocks.push(BlockState {
-                name: name.to_string(),
-                updates: Vec::new(),
-                heads: Vec::new(),
-                frame_updates: vec![None; self.steps.len()],
-                columns: Vec::new(),
-                column_set: block.columns.keys().cloned().collect(),
-                current: None,
-                precisions: Vec::new(),
-                references: Vec::new(),
-            }),
+            None => {
+                let mut state = BlockState::new(name, self.steps.len());
+                if !self.building() {
+                    // No array will hold the names: keep them here.
+                    state.column_set = names().map(str::to_string).collect();
+                }
+                self.blocks.push(state);
+            }
         }
-        for (col, column) in &block.columns {
-            let cat = || format!("columns.{col}");
+        for column in &block.columns {
+            let cat = || format!("columns.{}", column.name);
             if column.precision.is_some() {
                 return Err(Error::refused(
                     Clause::PrecisionPlacement,
@@ -344,8 +465,12 @@ impl<'s> Resolver<'s> {
             // by the walk; the decoder checked the shape against the count,
             // the buffer against the shape and the mask's length. A mask
             // with every row valid is no mask.
-            let nullable = decl.columns.get(col.as_str()).is_some_and(|cd| cd.nullable);
-            if !nullable && column.validity.is_some_and(|m| m.contains(&0)) {
+            let nullable = decl
+                .columns
+                .get(column.name.as_str())
+                .is_some_and(|cd| cd.nullable);
+            let mask = column.mask.and_then(|(o, len)| payload.get(o..o + len));
+            if !nullable && mask.is_some_and(|m| m.contains(&0)) {
                 return Err(Error::refused(
                     Clause::RecordOutsideDeclaration,
                     cat(),
@@ -363,7 +488,7 @@ impl<'s> Resolver<'s> {
                     sys.count
                 );
             }
-            if let Some(col) = block.columns.keys().find(|c| sys.columns.contains_key(*c)) {
+            if let Some(col) = names().find(|c| sys.columns.contains_key(*c)) {
                 refuse!(
                     SystemTrajectoryColumnDisjoint,
                     format!("columns.{col}"),
@@ -374,22 +499,19 @@ impl<'s> Resolver<'s> {
         Ok(())
     }
 
-    /// Appends a full update's blocks and makes the plan for the updates
-    /// that repeat its blocks text. Returns whether it updated any block.
-    fn append_full<'t>(
-        &mut self,
-        blocks: BTreeMap<String, BlockRef<'t>>,
-        payload: &'t [u8],
-    ) -> Result<bool> {
+    /// Appends an update of the blocks `layout` describes, their values
+    /// read from `payload` (with the checks of `ColumnRef::to_column`).
+    /// `repeat`: the last update appended had this layout too (its blocks'
+    /// row references and heads are this one's). Returns whether it
+    /// updated any block.
+    fn append(&mut self, layout: &Layout, payload: &[u8], repeat: bool) -> Result<bool> {
         let schema = self.schema;
         let frames_claimed = self.frames_claimed as u64;
-        let mut plan = Some(Vec::with_capacity(blocks.len()));
-        let mut plan_needs = 0usize;
-        let updated = !blocks.is_empty();
-        for (name, mut block) in blocks {
+        for block in &layout.blocks {
+            let name = block.name.as_str();
             let bat = |col: &str| format!("blocks.{name}.columns.{col}");
-            // `block_rules` made the state of every block it passed.
             let Some(b) = self.blocks.iter().position(|s| s.name == name) else {
+                // `block_rules` made the state of every block it passed.
                 refuse!(
                     RecordOutsideDeclaration,
                     format!("blocks.{name}"),
@@ -397,98 +519,66 @@ impl<'s> Resolver<'s> {
                 );
             };
             let state = &mut self.blocks[b];
-            if state.columns.is_empty() {
-                let decl = schema.blocks.get(&name);
-                for (col, column) in &block.columns {
-                    let trailing = column.shape.get(1..).unwrap_or_default();
-                    let mut series = ColumnSeries::new(column.dtype, trailing.to_vec());
+            if state.columns.is_empty() && state.updates.is_empty() {
+                let decl = schema.blocks.get(name);
+                for column in &block.columns {
+                    let mut series = ColumnSeries::new(column.dtype, column.trailing.clone());
                     let elements = block
                         .count
-                        .saturating_mul(product(trailing))
+                        .saturating_mul(product(&column.trailing))
                         .saturating_mul(frames_claimed);
                     reserve_data(
                         &mut series.data,
                         elements.min(RESERVE_ELEMENTS as u64) as usize,
                     );
-                    state.columns.push((col.clone(), series));
+                    state.columns.push((column.name.clone(), series));
                     state.precisions.push(
-                        decl.and_then(|d| d.columns.get(col.as_str()))
+                        decl.and_then(|d| d.columns.get(column.name.as_str()))
                             .and_then(|cd| cd.precision),
                     );
                 }
             }
+            if state.columns.len() != block.columns.len() {
+                // Not expected: `block_rules` compared the column sets.
+                refuse!(
+                    BlockColumnSetStable,
+                    format!("blocks.{name}"),
+                    "the columns differ from this record's earlier update"
+                );
+            }
             let u = state.updates.len() as u32;
             let first_row = state.rows();
-            let mut buffers = Vec::with_capacity(block.columns.len());
-            state.references.clear();
-            for (i, ((col, column), (kept, series))) in block
+            for (i, (column, (_, series))) in block
                 .columns
-                .iter_mut()
+                .iter()
                 .zip(state.columns.iter_mut())
                 .enumerate()
             {
-                if col != kept {
-                    // Not expected: `block_rules` compared the column sets.
-                    refuse!(
-                        BlockColumnSetStable,
-                        bat(col),
-                        "column `{col}` is not in this record's earlier update"
-                    );
-                }
-                // `decode_update` never repeats an update whose payload it
-                // reads (masks, bool buffers): neither can the plan.
-                buffers.push(match column.data {
-                    ColumnBytes::Buffer(bytes) if column.dtype != DType::Bool => (bytes.as_ptr()
-                        as usize)
-                        .checked_sub(payload.as_ptr() as usize)
-                        .filter(|&o| o.saturating_add(bytes.len()) <= payload.len())
-                        .map(|o| Planned::Buffer(o, bytes.len())),
-                    ColumnBytes::Strings(_) => Some(Planned::Strings),
-                    ColumnBytes::Buffer(_) => None,
-                });
-                if column.validity.is_some() {
-                    plan = None;
-                }
                 let from = series.data.len();
-                column
-                    .append_to(&mut series.data)
-                    .map_err(|e| e.within(&bat(col)))?;
-                if let Some(mask) = column.mask().map_err(|e| e.within(&bat(col)))? {
-                    series.masks.push((u, mask));
-                }
+                append_values(column, block.count, payload, series, u)
+                    .map_err(|e| e.within(&bat(&column.name)))?;
                 round_appended(series, from, state.precisions[i]);
-                let target = match block.targets.get(col) {
-                    Some(t) => Some(t.clone()),
-                    None if ENDPOINT_COLUMNS.contains(&col.as_str()) => Some("atoms".to_string()),
-                    None => None,
-                };
-                if let Some(target) = target {
-                    state.references.push((i, target));
-                }
             }
-            let head = BlockHead {
-                structural_shape: block.structural_shape,
-                targets: block.targets,
-                attributes: block.attributes,
-            };
-            if state.heads.last().is_none_or(|(_, last)| *last != head) {
-                state.heads.push((u, head));
-            }
-            match (&mut plan, buffers.into_iter().collect::<Option<Vec<_>>>()) {
-                (Some(plan), Some(buffers)) => {
-                    for buffer in &buffers {
-                        if let Planned::Buffer(offset, len) = *buffer {
-                            plan_needs = plan_needs.max(offset + len);
+            if !repeat {
+                state.references = block
+                    .columns
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, column)| match block.head.targets.get(&column.name) {
+                        Some(t) => Some((i, t.clone())),
+                        None if ENDPOINT_COLUMNS.contains(&column.name.as_str()) => {
+                            Some((i, "atoms".to_string()))
                         }
-                    }
-                    plan.push(PlannedBlock {
-                        block: b,
-                        count: block.count,
-                        strings: buffers.iter().any(|b| matches!(b, Planned::Strings)),
-                        buffers,
+                        None => None,
                     })
+                    .collect();
+                if state
+                    .heads
+                    .last()
+                    .is_none_or(|(_, last)| *last != block.head)
+                {
+                    state.heads.push((u, block.head.clone()));
                 }
-                _ => plan = None,
             }
             state.updates.push(BlockUpdate {
                 count: block.count,
@@ -496,65 +586,7 @@ impl<'s> Resolver<'s> {
             });
             state.current = Some(u);
         }
-        self.plan = plan;
-        self.plan_needs = plan_needs;
-        Ok(updated)
-    }
-
-    /// Appends an update that repeats the last full update's blocks text,
-    /// from its payload, and returns whether it updated any block. `None`
-    /// when the plan does not fit it (then nothing was appended).
-    fn append_same(&mut self, payload: &[u8]) -> Option<bool> {
-        let plan = self.plan.as_ref()?;
-        // Everything is checked before anything is appended: the buffers
-        // fit (`plan_needs`), string columns have a last update to repeat.
-        if payload.len() < self.plan_needs {
-            return None;
-        }
-        for p in plan {
-            let state = self.blocks.get(p.block)?;
-            if p.buffers.len() != state.columns.len() {
-                return None;
-            }
-            if p.strings {
-                for (buffer, (_, series)) in p.buffers.iter().zip(&state.columns) {
-                    if let Planned::Strings = buffer {
-                        last_strings(series, state.updates.last()?)?;
-                    }
-                }
-            }
-        }
-        for p in plan {
-            let state = &mut self.blocks[p.block];
-            let u = state.updates.len() as u32;
-            let first_row = state.rows();
-            let last = state.updates.last().copied().unwrap_or_default();
-            for (i, (buffer, (_, series))) in p.buffers.iter().zip(&mut state.columns).enumerate() {
-                let from = series.data.len();
-                match *buffer {
-                    Planned::Buffer(offset, len) => {
-                        // Inside `plan_needs`; numeric, not bool (see
-                        // `append_full`): cannot fail.
-                        extend_buffer(&mut series.data, &payload[offset..offset + len]).ok()?;
-                    }
-                    Planned::Strings => {
-                        // The same header text: the last update's values again.
-                        let range = last_strings(series, &last)?;
-                        if let ColumnData::String(v) = &mut series.data {
-                            v.extend_from_within(range);
-                        }
-                    }
-                }
-                round_appended(series, from, state.precisions[i]);
-            }
-            // The same header text: the same head, which holds on.
-            state.updates.push(BlockUpdate {
-                count: p.count,
-                first_row,
-            });
-            state.current = Some(u);
-        }
-        Some(!plan.is_empty())
+        Ok(!layout.blocks.is_empty())
     }
 
     /// The rules of a resolved frame that `prepare_trajectory` checks after
@@ -690,6 +722,27 @@ impl<'s> Resolver<'s> {
 }
 
 impl BlockState {
+    fn new(name: &str, frames_before: usize) -> BlockState {
+        BlockState {
+            name: name.to_string(),
+            updates: Vec::new(),
+            heads: Vec::new(),
+            frame_updates: vec![None; frames_before],
+            columns: Vec::new(),
+            column_set: Vec::new(),
+            current: None,
+            precisions: Vec::new(),
+            references: Vec::new(),
+        }
+    }
+
+    /// The column names of the record's first update of the block.
+    fn column_names(&self) -> impl Iterator<Item = &str> {
+        let built = self.columns.iter().map(|(name, _)| name.as_str());
+        let kept = self.column_set.iter().map(String::as_str);
+        built.chain(kept)
+    }
+
     /// Rows of every update so far.
     fn rows(&self) -> u64 {
         self.updates
@@ -702,14 +755,79 @@ fn product(shape: &[u64]) -> u64 {
     shape.iter().fold(1u64, |a, &b| a.saturating_mul(b))
 }
 
-/// Where the string values of `last` (the block's last update) are in a
-/// string column's values.
-fn last_strings(series: &ColumnSeries, last: &BlockUpdate) -> Option<std::ops::Range<usize>> {
-    let range = series.elements(last);
-    match &series.data {
-        ColumnData::String(v) if range.end <= v.len() && range.start <= range.end => Some(range),
-        _ => None,
+/// [`Layout::of`], refused (not expected) when a buffer lies outside the
+/// payload.
+fn layout_of(blocks: BTreeMap<String, BlockRef<'_>>, payload: &[u8]) -> Result<Layout> {
+    Layout::of(blocks, payload).ok_or_else(|| {
+        Error::refused(
+            Clause::FrameBufferBounds,
+            "",
+            "a buffer lies outside the payload",
+        )
+    })
+}
+
+/// Appends `column`'s values for an update of `count` rows (update `u` of
+/// its block) to `series`: a buffer read from `payload` (bool bytes
+/// checked), or the header's strings; its mask, unless every row is valid.
+fn append_values(
+    column: &LayoutColumn,
+    count: u64,
+    payload: &[u8],
+    series: &mut ColumnSeries,
+    u: u32,
+) -> Result<()> {
+    let bounds = || {
+        Error::refused(
+            Clause::FrameBufferBounds,
+            "",
+            "a buffer runs past the value",
+        )
+    };
+    match &column.data {
+        LayoutData::Buffer(offset, len) => {
+            let bytes = payload.get(*offset..offset + len).ok_or_else(bounds)?;
+            extend_buffer(&mut series.data, bytes)?;
+        }
+        LayoutData::Strings(values) => {
+            if let ColumnData::String(out) = &mut series.data {
+                out.extend_from_slice(values);
+            }
+        }
     }
+    if let Some((offset, len)) = column.mask {
+        let bytes = payload.get(offset..offset + len).ok_or_else(bounds)?;
+        if bytes.len() as u64 != count {
+            return Err(Error::refused(
+                Clause::ValidityLength,
+                "",
+                format!("a mask of {} bytes for {count} rows", bytes.len()),
+            ));
+        }
+        if bytes.contains(&0) {
+            let mut mask = Vec::with_capacity(bytes.len());
+            for &b in bytes {
+                match b {
+                    0 | 1 => mask.push(b == 1),
+                    _ => {
+                        return Err(Error::refused(
+                            Clause::TypedValue,
+                            "",
+                            format!("a mask holds the byte {b}, not 0 / 1"),
+                        ))
+                    }
+                }
+            }
+            series.masks.push((u, mask));
+        } else if let Some(b) = bytes.iter().find(|&&b| b > 1) {
+            return Err(Error::refused(
+                Clause::TypedValue,
+                "",
+                format!("a mask holds the byte {b}, not 0 / 1"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Rounds the values appended since `from` to a declared precision (what
