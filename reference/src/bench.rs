@@ -732,7 +732,7 @@ fn remove_lmdb(path: &Path) {
 // ---------------------------------------------------------------------------
 
 /// Seconds of the timed passes.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 struct Timing {
     secs: Vec<f64>,
     /// CPU seconds of the whole process during each pass.
@@ -821,66 +821,104 @@ impl Spread {
     }
 }
 
-/// Time ratio a/b of two timings: median over median, and the widest range
-/// the passes allow (they are not paired).
+/// Time ratio a/b of two timings, round by round (the two passes of a
+/// round ran seconds apart): the median and the extremes over the rounds.
 fn time_ratio(a: &Timing, b: &Timing) -> Spread {
+    let mut ratios: Vec<f64> = a.secs.iter().zip(&b.secs).map(|(x, y)| x / y).collect();
+    ratios.sort_by(f64::total_cmp);
+    let n = ratios.len();
+    let median = match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => ratios[n / 2],
+        _ => (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0,
+    };
     Spread {
-        median: a.median() / b.median(),
-        min: a.min() / b.max(),
-        max: a.max() / b.min(),
+        median,
+        min: ratios.first().copied().unwrap_or(f64::NAN),
+        max: ratios.last().copied().unwrap_or(f64::NAN),
     }
 }
 
-/// One warm-up pass, then `passes` timed passes.
-fn measure<T>(
+/// One warm-up round, then `passes` timed rounds; a round runs every
+/// figure once, in order, so that figures a ratio compares were measured
+/// seconds apart whatever the machine did meanwhile (a noisy shared host
+/// can be a third slower for minutes). The first figure is run but not
+/// reported. Returns each figure's timing and what its last pass saw.
+fn measure_rounds<const N: usize>(
     passes: usize,
     bar: &ProgressBar,
-    mut pass: impl FnMut() -> Result<T>,
-) -> Result<(Timing, T)> {
-    let mut last = pass()?;
-    bar.inc(1);
-    let mut secs = Vec::with_capacity(passes);
-    let mut cpu = Vec::with_capacity(passes);
-    let mut major_faults = Vec::with_capacity(passes);
-    for _ in 0..passes {
-        let (cpu_start, faults_start) = (cpu_secs(), major_faults_so_far());
-        let start = Instant::now();
-        last = black_box(pass()?);
-        secs.push(start.elapsed().as_secs_f64());
-        cpu.push(cpu_secs() - cpu_start);
-        major_faults.push(major_faults_so_far().saturating_sub(faults_start));
+    figures: &mut [(&str, &dyn Fn() -> Result<Seen>); N],
+) -> Result<([Timing; N], [Seen; N])> {
+    let mut timings: [Timing; N] = std::array::from_fn(|_| Timing::default());
+    let mut seen = [Seen::default(); N];
+    for round in 0..=passes {
+        for (i, (what, pass)) in figures.iter().enumerate() {
+            bar.set_message(what.to_string());
+            let (cpu_start, faults_start) = (cpu_secs(), major_faults_so_far());
+            let start = Instant::now();
+            seen[i] = black_box(pass()?);
+            let secs = start.elapsed().as_secs_f64();
+            if round > 0 {
+                let t = &mut timings[i];
+                t.secs.push(secs);
+                t.cpu.push(cpu_secs() - cpu_start);
+                t.major_faults
+                    .push(major_faults_so_far().saturating_sub(faults_start));
+            }
+        }
         bar.inc(1);
     }
     bar.finish_and_clear();
-    Ok((
-        Timing {
-            secs,
-            cpu,
-            major_faults,
-        },
-        last,
-    ))
+    Ok((timings, seen))
 }
 
-/// What a views pass saw.
+/// What a pass saw: the frames it read and what it checks them by.
 #[derive(Clone, Copy, Debug, Default)]
-struct ViewTally {
+struct Seen {
     frames: u64,
     /// f64 columns viewed in place.
     views: u64,
     /// f64 columns whose address was not 8-aligned: copied into a reused
     /// buffer by `ColumnRef::f64_values`.
     fallbacks: u64,
+    /// The sum of every `x`.
     sum_x: f64,
+    /// Bytes copied (the raw pass).
+    bytes: u64,
+    /// The index query's two counts.
+    matches: (u64, u64),
 }
 
-impl ViewTally {
-    fn add(self, o: ViewTally) -> ViewTally {
-        ViewTally {
+impl Seen {
+    fn add(self, o: Seen) -> Seen {
+        Seen {
             frames: self.frames + o.frames,
             views: self.views + o.views,
             fallbacks: self.fallbacks + o.fallbacks,
             sum_x: self.sum_x + o.sum_x,
+            bytes: self.bytes + o.bytes,
+            matches: (self.matches.0 + o.matches.0, self.matches.1 + o.matches.1),
+        }
+    }
+
+    fn frames(frames: u64) -> Seen {
+        Seen {
+            frames,
+            ..Seen::default()
+        }
+    }
+
+    fn bytes(bytes: u64) -> Seen {
+        Seen {
+            bytes,
+            ..Seen::default()
+        }
+    }
+
+    fn matches(matches: (u64, u64)) -> Seen {
+        Seen {
+            matches,
+            ..Seen::default()
         }
     }
 }
@@ -889,8 +927,8 @@ impl ViewTally {
 /// one owned array per column (`record_arrays`); x summed over every frame
 /// (as the views pass does), so the figure checks what it reads.
 #[inline(never)] // a frame of its own in profiles
-fn arrays_pass(txn: &RecordTxn<'_>, order: &[u64]) -> Result<ViewTally> {
-    let mut t = ViewTally::default();
+fn arrays_pass(txn: &RecordTxn<'_>, order: &[u64]) -> Result<Seen> {
+    let mut t = Seen::default();
     for &r in order {
         let record = txn.record_arrays(r)?;
         if let Some(traj) = &record.trajectory {
@@ -929,8 +967,8 @@ fn owned_pass(txn: &RecordTxn<'_>, order: &[u64]) -> Result<u64> {
 /// then every frame through `for_each_frame`, every f64 column viewed in
 /// place (or copied when its address is not 8-aligned), x summed.
 #[inline(never)] // a frame of its own in profiles
-fn views_pass(txn: &RecordTxn<'_>, order: &[u64]) -> Result<ViewTally> {
-    let mut t = ViewTally::default();
+fn views_pass(txn: &RecordTxn<'_>, order: &[u64]) -> Result<Seen> {
+    let mut t = Seen::default();
     let mut scratch = Vec::new();
     for &r in order {
         black_box(txn.record_meta(r)?);
@@ -973,8 +1011,8 @@ fn views_pass(txn: &RecordTxn<'_>, order: &[u64]) -> Result<ViewTally> {
 fn two_thread_pass(
     reader: &Reader,
     order: &[u64],
-    pass: fn(&RecordTxn<'_>, &[u64]) -> Result<ViewTally>,
-) -> Result<ViewTally> {
+    pass: fn(&RecordTxn<'_>, &[u64]) -> Result<Seen>,
+) -> Result<Seen> {
     let (a, b) = order.split_at(order.len() / 2);
     std::thread::scope(|s| {
         let other = s.spawn(|| pass(&reader.txn()?, b));
@@ -984,6 +1022,20 @@ fn two_thread_pass(
             .map_err(|_| Error::Lmdb("reader thread panicked".into()))?;
         Ok(mine?.add(theirs?))
     })
+}
+
+/// Every value of an LMDB file read once (the first byte of each summed):
+/// its pages in the page cache. Returns the values' bytes.
+fn touch_all(env: &Env<WithoutTls>, db: &Db) -> Result<u64> {
+    let txn = env.read_txn().map_err(lmdb)?;
+    let (mut bytes, mut sum) = (0u64, 0u64);
+    for item in db.iter(&txn).map_err(lmdb)? {
+        let (_, v) = item.map_err(lmdb)?;
+        bytes += v.len() as u64;
+        sum = sum.wrapping_add(v.iter().step_by(4096).map(|&b| u64::from(b)).sum::<u64>());
+    }
+    black_box(sum);
+    Ok(bytes)
 }
 
 /// (6): records with at most 20 atoms (binding index), and records holding
@@ -1391,42 +1443,53 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
         ));
     }
     let passes = opts.passes;
-    let phase = |what: &'static str| {
-        say(format!("measuring {what}: 1 warm-up + {passes} passes"));
-        bar(opts.progress, passes as u64 + 1, what, "passes")
-    };
-
-    let (index_t, (small, hits)) =
-        measure(passes, &phase("(6) index query"), || index_pass(&reader))?;
-    let (arrays_t, arrays_tally) = measure(passes, &phase("(2) read, owned arrays"), || {
-        arrays_pass(&reader.txn()?, &order)
-    })?;
-    let (owned_t, owned_frames) = measure(passes, &phase("(2b) read, owned model"), || {
-        owned_pass(&reader.txn()?, &order)
-    })?;
-    let (views_t, views_tally) = measure(passes, &phase("(3) read, views"), || {
-        views_pass(&reader.txn()?, &order)
-    })?;
-    let (threads_t, threads_tally) =
-        measure(passes, &phase("(7) two threads, owned arrays"), || {
-            two_thread_pass(&reader, &order, arrays_pass)
-        })?;
-    let (threads_views_t, threads_views_tally) =
-        measure(passes, &phase("(7b) two threads, views"), || {
-            two_thread_pass(&reader, &order, views_pass)
-        })?;
-    drop(reader);
-
-    let (env, db) = open_ro(&path)?;
-    let (raw_t, raw_bytes) = measure(passes, &phase("(4) raw LMDB baseline"), || {
-        raw_pass(&env, &db, &order, &first, &counts)
-    })?;
-    drop(env);
+    say(format!(
+        "measuring the read figures: 1 warm-up round + {passes} rounds, each one pass of every figure"
+    ));
     let (peer_env, peer_db) = open_ro(&peer_path)?;
-    let (peer_t, (peer_frames, peer_sum_x)) = measure(passes, &phase("(5) peer baseline"), || {
-        peer_pass(&peer_env, &peer_db, &order, &first, &counts)
-    })?;
+    let (env, db) = reader.raw();
+    let arrays = || arrays_pass(&reader.txn()?, &order);
+    let raw = || raw_pass(env, db, &order, &first, &counts).map(Seen::bytes);
+    let owned = || owned_pass(&reader.txn()?, &order).map(Seen::frames);
+    let views = || views_pass(&reader.txn()?, &order);
+    let threads = || two_thread_pass(&reader, &order, arrays_pass);
+    let threads_views = || two_thread_pass(&reader, &order, views_pass);
+    let index = || index_pass(&reader).map(Seen::matches);
+    let peer = || {
+        let (frames, sum_x) = peer_pass(&peer_env, &peer_db, &order, &first, &counts)?;
+        Ok(Seen {
+            sum_x,
+            ..Seen::frames(frames)
+        })
+    };
+    // Before each round, untimed, both files are read once: the page cache
+    // may have dropped them during the last round (see `damon_pageout`).
+    let touch = || {
+        raw_pass(env, db, &order, &first, &counts)?;
+        touch_all(&peer_env, &peer_db).map(Seen::bytes)
+    };
+    let mut figures: [(&str, &dyn Fn() -> Result<Seen>); 9] = [
+        ("touch both files", &touch),
+        ("(2) owned arrays", &arrays),
+        ("(4) raw LMDB", &raw),
+        ("(2b) owned model", &owned),
+        ("(3) views", &views),
+        ("(7) two threads, owned arrays", &threads),
+        ("(7b) two threads, views", &threads_views),
+        ("(6) index query", &index),
+        ("(5) peer", &peer),
+    ];
+    let round_bar = bar(opts.progress, passes as u64 + 1, "read rounds", "rounds");
+    let (timings, seen) = measure_rounds(passes, &round_bar, &mut figures)?;
+    let [_, arrays_t, raw_t, owned_t, views_t, threads_t, threads_views_t, index_t, peer_t] =
+        timings;
+    let [_, arrays_tally, raw_seen, owned_seen, views_tally, threads_tally, threads_views_tally, index_seen, peer_seen] =
+        seen;
+    let (raw_bytes, owned_frames) = (raw_seen.bytes, owned_seen.frames);
+    let (small, hits) = index_seen.matches;
+    let (peer_frames, peer_sum_x) = (peer_seen.frames, peer_seen.sum_x);
     drop(peer_env);
+    drop(reader);
     let mem_final = mem();
     let load_end = loadavg();
 
@@ -1519,7 +1582,7 @@ struct Figures {
     arrays: Timing,
     owned: Timing,
     views: Timing,
-    views_tally: ViewTally,
+    views_tally: Seen,
     raw: Timing,
     raw_bytes: u64,
     peer: Timing,
@@ -1831,8 +1894,10 @@ impl Figures {
             );
         }
         table.push_str(&format!(
-            "reads: median of {} passes after 1 warm-up pass (min/max = slowest/fastest pass); \
-             page cache warm (files just written, then read in the warm-up pass)\n\
+            "reads: {} rounds after 1 warm-up round, each one pass of every read figure (both \
+             files read once, untimed, before each round: page cache warm); a figure is the \
+             median of its passes (min/max = slowest/fastest), a ratio the median of the \
+             rounds' ratios (min/max over the rounds)\n\
              cpu/wall: CPU seconds of this process per wall second (1.00 = one core to itself; \
              2.00 for two threads on two idle cores)\n",
             self.opts.passes
@@ -1926,7 +1991,8 @@ impl Figures {
             },
             "machine": machine,
             "load_average_1min": {"start": self.load.0, "end": self.load.1},
-            "page_cache": "warm: the files were just written, then read once in the warm-up pass",
+            "page_cache": "warm: both files are read once, untimed, before each round",
+            "rounds": "every round runs one pass of each read figure; ratios are per round",
             "damon_pageout": self.damon_pageout,
             "workload": {
                 "records": self.n_records,

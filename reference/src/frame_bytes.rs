@@ -2665,6 +2665,33 @@ pub(crate) fn decode_update_known<'a, K>(
     Ok(Known::Update(Update::Full { frame, payload }))
 }
 
+/// The step at `bytes[*at..]`: what [`json_number`] reads there as an
+/// integer that fits an `i64` (digits without a leading zero, not `-0`,
+/// no fraction or exponent), in one pass; `None` on anything else.
+fn tail_step(bytes: &[u8], at: &mut usize) -> Option<i64> {
+    let mut i = *at;
+    let negative = bytes.get(i) == Some(&b'-');
+    if negative {
+        i += 1;
+    }
+    let start = i;
+    let mut n = 0u64;
+    while let Some(&c) = bytes.get(i).filter(|c| c.is_ascii_digit()) {
+        n = n.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+        i += 1;
+    }
+    let len = i - start;
+    if len == 0 || (len > 1 && bytes[start] == b'0') || (negative && n == 0) {
+        return None;
+    }
+    if matches!(bytes.get(i), Some(b'.' | b'e' | b'E')) {
+        return None;
+    }
+    let magnitude = i64::try_from(n).ok()?;
+    *at = i;
+    Some(if negative { -magnitude } else { magnitude })
+}
+
 /// Where the JSON value at the start of `bytes` ends (not checked: the
 /// caller only compares the text with texts it knows), `None` past the
 /// end of the bytes or [`FAST_MAX_DEPTH`].
@@ -2735,10 +2762,7 @@ fn update_tail(rest: &[u8], meta: &mut Document) -> Option<(i64, Option<f64>)> {
         *slot = json_number(rest, &mut at)?;
     }
     eat(&mut at, b"},\"step\":")?;
-    let step = match json_number(rest, &mut at)? {
-        Value::Number(n) => n.as_i64()?,
-        _ => return None,
-    };
+    let step = tail_step(rest, &mut at)?;
     let time = if rest.get(at..)?.starts_with(b",\"time\":") {
         at += b",\"time\":".len();
         match json_number(rest, &mut at)? {
@@ -3202,6 +3226,54 @@ mod tests {
             same(&format!("{text}e-{e}"));
             same(&format!("{text}E+{e}"));
             same(&format!("{sign}{mantissa}e{}", rng.next() % 25));
+        }
+    }
+
+    /// The step reader takes what `json_number` reads as an i64, and
+    /// nothing else.
+    #[test]
+    fn steps_are_read_as_json_number_reads_them() {
+        let mut rng = Rng(11);
+        let mut texts: Vec<String> = [
+            "0",
+            "-0",
+            "7",
+            "-7",
+            "01",
+            "-01",
+            "1.0",
+            "1e3",
+            "-",
+            "",
+            "+1",
+            "9223372036854775807",
+            "9223372036854775808",
+            "-9223372036854775807",
+            "-9223372036854775808",
+            "18446744073709551616",
+            "12a",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for _ in 0..50_000 {
+            let n = rng.next() >> (rng.next() % 64);
+            texts.push(if rng.next().is_multiple_of(2) {
+                format!("{n}")
+            } else {
+                format!("-{n}")
+            });
+        }
+        for text in texts {
+            let mut at = 0;
+            let fast = tail_step(text.as_bytes(), &mut at);
+            let mut at2 = 0;
+            let want = json_number(text.as_bytes(), &mut at2)
+                .and_then(|v| v.as_i64().filter(|_| !text.contains(['.', 'e', 'E'])));
+            assert_eq!(fast, want, "{text}");
+            if fast.is_some() {
+                assert_eq!(at, at2, "{text}");
+            }
         }
     }
 

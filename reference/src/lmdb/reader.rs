@@ -115,6 +115,12 @@ impl Reader {
         &self.has_trajectory
     }
 
+    /// The environment and database, for the benchmark's raw baseline
+    /// (heed opens a file once per process).
+    pub(crate) fn raw(&self) -> (&Env<WithoutTls>, &Db) {
+        (&self.env, &self.db)
+    }
+
     /// Opens a read transaction; views borrowed from it stay valid while it lives.
     pub fn txn(&self) -> Result<RecordTxn<'_>> {
         Ok(RecordTxn {

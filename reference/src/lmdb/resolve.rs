@@ -65,6 +65,8 @@ pub(super) struct Resolver<'s> {
     /// The layout of the last full update: an update with the same
     /// `blocks` text finds its values at the same places of its payload.
     plan: Option<Rc<Layout>>,
+    /// The state (index into `blocks`) of each block of the plan.
+    plan_states: Vec<usize>,
     /// Whether the declaration has aligned blocks (else the aligned rule
     /// has nothing to check).
     has_aligned: bool,
@@ -262,6 +264,7 @@ impl<'s> Resolver<'s> {
             previous_step: None,
             has_time: None,
             plan: None,
+            plan_states: Vec::new(),
             has_aligned: schema.blocks.values().any(|d| d.aligned_with.is_some()),
             step_fault: None,
             resolution_fault: None,
@@ -298,7 +301,7 @@ impl<'s> Resolver<'s> {
                 self.plan = Some(layout);
                 updated
             }
-            (None, Some(plan)) => self.append(&plan, u.payload, true).map_err(located)?,
+            (None, Some(plan)) => self.append_repeat(&plan, u.payload).map_err(located)?,
             (None, None) => {
                 // Not expected (a repeated update follows a full one);
                 // decoding in full is always right.
@@ -507,6 +510,7 @@ impl<'s> Resolver<'s> {
     fn append(&mut self, layout: &Layout, payload: &[u8], repeat: bool) -> Result<bool> {
         let schema = self.schema;
         let frames_claimed = self.frames_claimed as u64;
+        self.plan_states.clear();
         for block in &layout.blocks {
             let name = block.name.as_str();
             let bat = |col: &str| format!("blocks.{name}.columns.{col}");
@@ -518,6 +522,7 @@ impl<'s> Resolver<'s> {
                     "block `{name}` is not declared in sequence_schema"
                 );
             };
+            self.plan_states.push(b);
             let state = &mut self.blocks[b];
             if state.columns.is_empty() && state.updates.is_empty() {
                 let decl = schema.blocks.get(name);
@@ -578,6 +583,60 @@ impl<'s> Resolver<'s> {
                     .is_none_or(|(_, last)| *last != block.head)
                 {
                     state.heads.push((u, block.head.clone()));
+                }
+            }
+            state.updates.push(BlockUpdate {
+                count: block.count,
+                first_row,
+            });
+            state.current = Some(u);
+        }
+        Ok(!layout.blocks.is_empty())
+    }
+
+    /// [`Resolver::append`] of an update that repeats the last one's
+    /// `blocks` text (the plan's): the same states, row references and
+    /// heads; only the values are new. Returns whether it updated any block.
+    fn append_repeat(&mut self, layout: &Layout, payload: &[u8]) -> Result<bool> {
+        if self.plan_states.len() != layout.blocks.len() {
+            return self.append(layout, payload, true);
+        }
+        for (block, &b) in layout.blocks.iter().zip(&self.plan_states) {
+            let Some(state) = self.blocks.get_mut(b) else {
+                continue;
+            };
+            let u = state.updates.len() as u32;
+            let first_row = state.rows();
+            for (i, (column, (_, series))) in block
+                .columns
+                .iter()
+                .zip(state.columns.iter_mut())
+                .enumerate()
+            {
+                match (&column.data, column.mask) {
+                    (LayoutData::Buffer(offset, len), None) if column.dtype != DType::Bool => {
+                        let bytes = payload.get(*offset..offset + len).ok_or_else(|| {
+                            Error::refused(
+                                Clause::FrameBufferBounds,
+                                format!("blocks.{}.columns.{}", block.name, column.name),
+                                "a buffer runs past the value",
+                            )
+                        })?;
+                        let from = series.data.len();
+                        extend_buffer(&mut series.data, bytes)?;
+                        if let Some(p) = state.precisions[i] {
+                            if let ColumnData::F64(v) = &mut series.data {
+                                round_column(&mut v[from..], p);
+                            }
+                        }
+                    }
+                    _ => {
+                        let from = series.data.len();
+                        append_values(column, block.count, payload, series, u).map_err(|e| {
+                            e.within(&format!("blocks.{}.columns.{}", block.name, column.name))
+                        })?;
+                        round_appended(series, from, state.precisions[i]);
+                    }
                 }
             }
             state.updates.push(BlockUpdate {
