@@ -192,6 +192,17 @@ impl StepSeries {
         }
     }
 
+    /// The `f64` values to push onto, for the reader (`f64` tags only).
+    pub(crate) fn f64s_mut(&mut self) -> Option<&mut Vec<f64>> {
+        match self {
+            StepSeries::Typed {
+                tag: MetaTag::F64,
+                values: ColumnData::F64(v),
+            } => Some(v),
+            _ => None,
+        }
+    }
+
     /// Appends one frame's value, which must fit the tag (the reader checks
     /// it first); the error says what does not fit.
     pub fn push(&mut self, value: &Value) -> Result<(), String> {

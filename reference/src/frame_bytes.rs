@@ -842,6 +842,17 @@ pub fn decode(value: &[u8]) -> Result<FrameRef<'_>> {
     decode_serde(value, text, payload_start)
 }
 
+/// A JSON object of plain keys whose values are numbers and plain strings
+/// (a record's meta document, most often), read as `serde_json` reads it
+/// into a `Value` (the last of repeated keys kept); `None` for any other
+/// text, which the caller hands to `serde_json`.
+pub(crate) fn plain_document(bytes: &[u8]) -> Option<Document> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let mut scan = Scan { text, bytes, at: 0 };
+    let doc = scan.simple_doc()?;
+    scan.peek().is_none().then_some(doc)
+}
+
 /// [`decode`] through `serde_json` alone: the reference the fast scanner is
 /// tested against (same results, same refusals). Not for general use.
 #[doc(hidden)]
@@ -3227,6 +3238,33 @@ mod tests {
             same(&format!("{text}E+{e}"));
             same(&format!("{sign}{mantissa}e{}", rng.next() % 25));
         }
+    }
+
+    /// A plain document reads as `serde_json` reads it, or is left to it.
+    #[test]
+    fn plain_documents_are_read_as_serde_json_reads_them() {
+        let texts = [
+            r#"{}"#,
+            r#" { "code" : "C9H12N2O-000042" } "#,
+            r#"{"a":1,"b":-2.5,"c":"x","a":3}"#,
+            r#"{"big":18446744073709551615,"neg":-9223372036854775808,"e":1e300}"#,
+            r#"{"esc":"a"b"}"#,
+            r#"{"nested":{"a":1}}"#,
+            r#"{"list":[1,2]}"#,
+            r#"{"t":true,"n":null}"#,
+            r#"{"a":1}x"#,
+            r#"[1]"#,
+            r#"{"a":01}"#,
+            r#"{"ü":"é"}"#,
+        ];
+        for text in texts {
+            let serde = serde_json::from_str::<Value>(text).ok();
+            if let Some(doc) = plain_document(text.as_bytes()) {
+                assert_eq!(Some(Value::Object(doc)), serde, "{text}");
+            }
+        }
+        assert!(plain_document(br#"{"code":"x","n":1.5}"#).is_some());
+        assert!(plain_document(br#"{"esc":"a"b"}"#).is_none());
     }
 
     /// The step reader takes what `json_number` reads as an i64, and

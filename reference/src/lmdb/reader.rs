@@ -11,8 +11,8 @@ use crate::arrays::RecordArrays;
 use crate::clause::Clause;
 use crate::error::{refuse, Error, Result};
 use crate::frame_bytes::{
-    decode, decode_update, decode_update_known, BlockRef, BlocksMemo, FrameInfo, FrameRef, Known,
-    Update,
+    decode, decode_update, decode_update_known, plain_document, BlockRef, BlocksMemo, FrameInfo,
+    FrameRef, Known, Update,
 };
 use crate::model::*;
 use crate::model_json;
@@ -239,7 +239,10 @@ impl<'r> RecordTxn<'r> {
         self.check_record(r)?;
         match self.get(&record_key(r))? {
             None => Ok(Document::new()),
-            Some(bytes) => match serde_json::from_slice::<Value>(bytes) {
+            Some(bytes) => match plain_document(bytes)
+                .map(Value::Object)
+                .map_or_else(|| serde_json::from_slice::<Value>(bytes), Ok)
+            {
                 Ok(Value::Object(m)) => Ok(m),
                 _ => Err(Error::refused(
                     Clause::RecordMetaValue,

@@ -281,7 +281,7 @@ impl<'s> Resolver<'s> {
     pub(super) fn update(&mut self, u: &mut Walked<'_>) -> Result<()> {
         let k = u.k;
         let located = |e: Error| e.within(&format!("frames[{k}]"));
-        let step = self.meta_and_step(&u.info).map_err(located)?;
+        let (step, meta_kept) = self.meta_and_step(&u.info).map_err(located)?;
         // A full update's layout; `None`: the blocks of the last full one.
         let layout = match (u.blocks.take(), u.layout.take()) {
             (Some(blocks), _) => Some(Rc::new(layout_of(blocks, u.payload).map_err(located)?)),
@@ -318,10 +318,12 @@ impl<'s> Resolver<'s> {
         }
         // `meta_and_step` checked that the update carries exactly the
         // declared keys: both hold the same keys in the same (sorted) order.
-        for ((key, _, series), value) in self.meta.iter_mut().zip(u.info.meta.values()) {
-            series.push(value).map_err(|e| {
-                Error::refused(Clause::TypedValue, format!("frames[{k}].meta.{key}"), e)
-            })?;
+        if !meta_kept {
+            for ((key, _, series), value) in self.meta.iter_mut().zip(u.info.meta.values()) {
+                series.push(value).map_err(|e| {
+                    Error::refused(Clause::TypedValue, format!("frames[{k}].meta.{key}"), e)
+                })?;
+            }
         }
         if let Some(cell) = u.info.cell {
             self.cell_now = Some(self.cells.len() as u32);
@@ -341,24 +343,31 @@ impl<'s> Resolver<'s> {
 
     /// What [`update_step`] checks (the walk's refusals: per-step keys and
     /// the step), in one pass over the keys in the common case (exactly the
-    /// declared keys, each value of its tag's usual JSON type); paths
+    /// declared keys, each an `f64` number), which also keeps the values
+    /// while arrays are built (then the second result is `true`); paths
     /// relative to the frame.
-    fn meta_and_step(&self, info: &crate::frame_bytes::FrameInfo) -> Result<i64> {
+    fn meta_and_step(&mut self, info: &crate::frame_bytes::FrameInfo) -> Result<(i64, bool)> {
+        let building = self.building();
         let usual = info.meta.len() == self.meta.len()
             && info
                 .meta
                 .iter()
                 .zip(&self.meta)
                 .all(|((given, value), (key, tag, _))| {
-                    given == key
-                        && match tag {
-                            MetaTag::F64 => value.is_number(),
-                            _ => false,
-                        }
+                    given == key && *tag == MetaTag::F64 && value.is_number()
                 });
         match info.step {
-            Some(step) if usual => Ok(step),
-            _ => update_step(info, self.schema),
+            Some(step) if usual => {
+                if building {
+                    for ((_, _, series), value) in self.meta.iter_mut().zip(info.meta.values()) {
+                        if let (Some(out), Some(x)) = (series.f64s_mut(), value.as_f64()) {
+                            out.push(x);
+                        }
+                    }
+                }
+                Ok((step, building))
+            }
+            _ => update_step(info, self.schema).map(|step| (step, false)),
         }
     }
 
