@@ -9,15 +9,18 @@
 //!
 //! 1. the write (frames/s, peak and growth of resident memory, file size
 //!    against the raw payload),
-//! 2. reading records as owned arrays ([`RecordTxn::record`]),
+//! 2. reading records as owned arrays ([`RecordTxn::record_arrays`]), and
+//!    (2b) as the model ([`RecordTxn::record`]),
 //! 3. reading records as views ([`RecordTxn::for_each_frame`]),
 //! 4. reading the same keys as raw LMDB values (nothing decoded),
 //! 5. reading the peer file (inflate + JSON parse),
 //! 6. an index query answered from the index alone,
-//! 7. two threads reading views concurrently.
+//! 7. two threads reading owned arrays concurrently (and views, 7b).
 //!
-//! Reads are timed as the median of `passes` passes after one warm-up pass;
-//! min and max are kept as the spread.
+//! The read figures are measured in `passes` rounds after a warm-up round,
+//! each round one pass of every figure; a figure is the median of its
+//! passes (min and max kept as the spread), a ratio the median of the
+//! rounds' ratios.
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -45,7 +48,7 @@ pub struct BenchOptions {
     pub records: u64,
     /// Seed of the workload generator and of the shuffled order.
     pub seed: u64,
-    /// Timed passes per read measurement (after one warm-up pass).
+    /// Timed rounds of the read figures (after one warm-up round).
     pub passes: usize,
     /// Where the files go; `None` = a new temporary directory.
     pub dir: Option<PathBuf>,

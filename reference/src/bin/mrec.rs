@@ -74,7 +74,7 @@ enum Command {
         /// Seed of the workload and of the shuffled read order.
         #[arg(long, default_value_t = 1)]
         seed: u64,
-        /// Timed passes per read figure, after one warm-up pass.
+        /// Timed rounds, each one pass of every read figure, after one warm-up round.
         #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
         passes: u64,
         /// Directory for the files (default: a new temporary directory).
