@@ -297,7 +297,7 @@ impl<'s> Resolver<'s> {
         }
         let updated = match (layout, self.plan.clone()) {
             (Some(layout), _) => {
-                let updated = self.append(&layout, u.payload, false).map_err(located)?;
+                let updated = self.append(&layout, u.payload).map_err(located)?;
                 self.plan = Some(layout);
                 updated
             }
@@ -307,7 +307,7 @@ impl<'s> Resolver<'s> {
                 // decoding in full is always right.
                 let frame = decode(u.value).map_err(located)?;
                 let layout = Rc::new(layout_of(frame.blocks, u.payload).map_err(located)?);
-                let updated = self.append(&layout, u.payload, false).map_err(located)?;
+                let updated = self.append(&layout, u.payload).map_err(located)?;
                 self.plan = Some(layout);
                 updated
             }
@@ -512,11 +512,10 @@ impl<'s> Resolver<'s> {
     }
 
     /// Appends an update of the blocks `layout` describes, their values
-    /// read from `payload` (with the checks of `ColumnRef::to_column`).
-    /// `repeat`: the last update appended had this layout too (its blocks'
-    /// row references and heads are this one's). Returns whether it
-    /// updated any block.
-    fn append(&mut self, layout: &Layout, payload: &[u8], repeat: bool) -> Result<bool> {
+    /// read from `payload` (with the checks of `ColumnRef::to_column`), and
+    /// makes it the plan for updates that repeat its text. Returns whether
+    /// it updated any block.
+    fn append(&mut self, layout: &Layout, payload: &[u8]) -> Result<bool> {
         let schema = self.schema;
         let frames_claimed = self.frames_claimed as u64;
         self.plan_states.clear();
@@ -573,26 +572,24 @@ impl<'s> Resolver<'s> {
                     .map_err(|e| e.within(&bat(&column.name)))?;
                 round_appended(series, from, state.precisions[i]);
             }
-            if !repeat {
-                state.references = block
-                    .columns
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, column)| match block.head.targets.get(&column.name) {
-                        Some(t) => Some((i, t.clone())),
-                        None if ENDPOINT_COLUMNS.contains(&column.name.as_str()) => {
-                            Some((i, "atoms".to_string()))
-                        }
-                        None => None,
-                    })
-                    .collect();
-                if state
-                    .heads
-                    .last()
-                    .is_none_or(|(_, last)| *last != block.head)
-                {
-                    state.heads.push((u, block.head.clone()));
-                }
+            state.references = block
+                .columns
+                .iter()
+                .enumerate()
+                .filter_map(|(i, column)| match block.head.targets.get(&column.name) {
+                    Some(t) => Some((i, t.clone())),
+                    None if ENDPOINT_COLUMNS.contains(&column.name.as_str()) => {
+                        Some((i, "atoms".to_string()))
+                    }
+                    None => None,
+                })
+                .collect();
+            if state
+                .heads
+                .last()
+                .is_none_or(|(_, last)| *last != block.head)
+            {
+                state.heads.push((u, block.head.clone()));
             }
             state.updates.push(BlockUpdate {
                 count: block.count,
@@ -608,7 +605,8 @@ impl<'s> Resolver<'s> {
     /// heads; only the values are new. Returns whether it updated any block.
     fn append_repeat(&mut self, layout: &Layout, payload: &[u8]) -> Result<bool> {
         if self.plan_states.len() != layout.blocks.len() {
-            return self.append(layout, payload, true);
+            // Not expected: the plan's states were found by `append`.
+            return self.append(layout, payload);
         }
         for (block, &b) in layout.blocks.iter().zip(&self.plan_states) {
             let Some(state) = self.blocks.get_mut(b) else {
