@@ -7,7 +7,8 @@
 //! ```
 //!
 //! Paths: `arrays` (`RecordTxn::record_arrays`), `owned` (`RecordTxn::record`),
-//! `views` (`for_each_frame`, every f64 column read in place or copied).
+//! `views` (`for_each_frame`, every f64 column read in place or copied),
+//! `system` (`RecordTxn::system` alone).
 //! Records are read in index order, or with `shuffled` in one fixed
 //! shuffled order (as `mrec bench` reads them).
 
@@ -26,7 +27,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (path, mode, passes, shuffled) = match &args[..] {
         [_, path, mode, passes] => (path, mode, passes, false),
         [_, path, mode, passes, order] if order == "shuffled" => (path, mode, passes, true),
-        _ => return Err("usage: read_passes FILE arrays|owned|views PASSES [shuffled]".into()),
+        _ => {
+            return Err(
+                "usage: read_passes FILE arrays|owned|views|system PASSES [shuffled]".into(),
+            )
+        }
     };
     let passes: u32 = passes.parse()?;
     let reader = Reader::open(Path::new(path))?;
@@ -53,6 +58,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     let record = txn.record_arrays(r)?;
                     frames += record.trajectory.as_ref().map_or(0, |t| t.len()) as u64;
                     black_box(record);
+                }
+                "system" => {
+                    // Only the systems: what a record's fixed cost is made of.
+                    black_box(txn.system(r)?);
+                    frames += reader.record_frames(r).unwrap_or(0);
                 }
                 "owned" => {
                     let record = txn.record(r)?;

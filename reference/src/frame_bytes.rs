@@ -59,7 +59,7 @@ pub struct FrameInfo {
     /// The time (trajectory updates, when the trajectory has times).
     pub time: Option<f64>,
     /// The cell (`box`), where it is set or changes.
-    pub cell: Option<Cell>,
+    pub cell: Option<Box<Cell>>,
 }
 
 /// A decoded frame borrowing its buffers from the value.
@@ -1019,7 +1019,7 @@ fn finish(raw: RawHeader<'_>) -> Result<FrameRef<'_>> {
             meta_types,
             step,
             time,
-            cell,
+            cell: cell.map(Box::new),
         },
     })
 }
@@ -2223,9 +2223,10 @@ impl<'t> Scan<'t> {
     /// Consumes `literal` if the text continues with exactly it (no
     /// whitespace skipped).
     #[inline]
-    fn exactly(&mut self, literal: &[u8]) -> Option<()> {
-        let end = self.at.checked_add(literal.len())?;
-        (self.bytes.get(self.at..end)? == literal).then(|| self.at = end)
+    fn exactly<const N: usize>(&mut self, literal: &[u8; N]) -> Option<()> {
+        let end = self.at.checked_add(N)?;
+        let next: &[u8; N] = self.bytes.get(self.at..end)?.try_into().ok()?;
+        (next == literal).then(|| self.at = end)
     }
 
     /// A document of plain keys (no escapes) whose values are integers,
@@ -2758,21 +2759,27 @@ impl BlocksMemo {
 /// unchanged.
 fn update_tail(rest: &[u8], meta: &mut Document) -> Option<(i64, Option<f64>)> {
     let mut at = 0usize;
-    let eat = |at: &mut usize, literal: &[u8]| -> Option<()> {
-        let end = at.checked_add(literal.len())?;
-        (rest.get(*at..end)? == literal).then(|| *at = end)
-    };
-    eat(&mut at, b",\"meta\":{")?;
+    // Literals of a known length compare without a call.
+    fn eat<const N: usize>(rest: &[u8], at: &mut usize, literal: &[u8; N]) -> Option<()> {
+        let end = at.checked_add(N)?;
+        let next: &[u8; N] = rest.get(*at..end)?.try_into().ok()?;
+        (next == literal).then(|| *at = end)
+    }
+    eat(rest, &mut at, b",\"meta\":{")?;
     for (i, (key, slot)) in meta.iter_mut().enumerate() {
         if i > 0 {
-            eat(&mut at, b",")?;
+            eat(rest, &mut at, b",")?;
         }
-        eat(&mut at, b"\"")?;
-        eat(&mut at, key.as_bytes())?;
-        eat(&mut at, b"\":")?;
+        eat(rest, &mut at, b"\"")?;
+        let end = at.checked_add(key.len())?;
+        if rest.get(at..end)? != key.as_bytes() {
+            return None;
+        }
+        at = end;
+        eat(rest, &mut at, b"\":")?;
         *slot = json_number(rest, &mut at)?;
     }
-    eat(&mut at, b"},\"step\":")?;
+    eat(rest, &mut at, b"},\"step\":")?;
     let step = tail_step(rest, &mut at)?;
     let time = if rest.get(at..)?.starts_with(b",\"time\":") {
         at += b",\"time\":".len();
@@ -2819,10 +2826,17 @@ impl<'a> BlockRef<'a> {
 // Reading columns
 // ---------------------------------------------------------------------------
 
+/// [`extend_buffer`] for an `f64` column, inlined where the reader copies
+/// a frame's columns (most of what it does with a frame).
+#[inline]
+pub(crate) fn extend_f64s(out: &mut Vec<f64>, b: &[u8]) {
+    extend(out, b, f64::from_le_bytes);
+}
+
 /// Appends `N`-byte little-endian items (works at any address; a trailing
 /// partial item is ignored). On a little-endian target the bytes already
-/// are the items' memory and are copied in one go (most of what a reader
-/// does with a frame).
+/// are the items' memory and are copied in one go.
+#[inline]
 fn extend<T: PlainOld, const N: usize>(
     out: &mut Vec<T>,
     bytes: &[u8],

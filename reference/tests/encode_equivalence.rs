@@ -217,7 +217,7 @@ fn info(rng: &mut Rng) -> FrameInfo {
         meta_types,
         step: rng.one_in(2).then(|| int(rng)),
         time: rng.one_in(2).then(|| float(rng)),
-        cell,
+        cell: cell.map(Box::new),
     }
 }
 
@@ -275,7 +275,7 @@ fn typical_frames_encode_identically() {
             meta,
             step: Some(9_007_199_254_740_993),
             time: Some(f64::NEG_INFINITY),
-            cell: Some(Cell::UNDEFINED),
+            cell: Some(Box::new(Cell::UNDEFINED)),
             ..FrameInfo::default()
         },
     ];

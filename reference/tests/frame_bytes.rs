@@ -123,7 +123,7 @@ fn frame_info_variants() -> Vec<FrameInfo> {
         FrameInfo {
             meta: meta.clone(),
             meta_types: Some(tags),
-            cell: Some(cell),
+            cell: Some(Box::new(cell)),
             ..FrameInfo::default()
         },
         FrameInfo {
@@ -140,7 +140,7 @@ fn frame_info_variants() -> Vec<FrameInfo> {
         FrameInfo {
             step: Some(i64::MIN),
             time: Some(f64::NAN),
-            cell: Some(Cell::UNDEFINED),
+            cell: Some(Box::new(Cell::UNDEFINED)),
             ..FrameInfo::default()
         },
         FrameInfo {
@@ -151,7 +151,7 @@ fn frame_info_variants() -> Vec<FrameInfo> {
         FrameInfo {
             step: Some(i64::MAX),
             time: Some(-0.0),
-            cell: Some(cell),
+            cell: Some(Box::new(cell)),
             ..FrameInfo::default()
         },
         FrameInfo {
@@ -847,7 +847,7 @@ fn typed_parts_are_checked() {
     assert_eq!(f.info.time, Some(f64::INFINITY));
     assert_eq!(f.info.meta["u"], json!("18446744073709551615"));
     assert_eq!(f.info.meta["v"], json!([1.0, "NaN", 2.0]));
-    assert_eq!(f.info.cell, Some(Cell::UNDEFINED));
+    assert_eq!(f.info.cell.as_deref(), Some(&Cell::UNDEFINED));
     let v = value_of(
         r#"{"blocks": {}, "box": {"vectors": [[2,0,0],[0,2,0],[0,0,2]]}}"#,
         &[],

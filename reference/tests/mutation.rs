@@ -1198,7 +1198,7 @@ fn mutate_semantic(value: &[u8], with_precision: bool, rng: &mut Rng) -> Option<
                 };
             }
             13 => {
-                info.cell = match rng.index(4) {
+                let cell = match rng.index(4) {
                     0 => None,
                     1 => Some(Cell {
                         vectors: [f64::NAN; 9],
@@ -1219,6 +1219,7 @@ fn mutate_semantic(value: &[u8], with_precision: bool, rng: &mut Rng) -> Option<
                         defined: true,
                     }),
                 };
+                info.cell = cell.map(Box::new);
             }
             14 => {
                 if let Some(block) = name.as_ref().and_then(|n| blocks.get_mut(n)) {

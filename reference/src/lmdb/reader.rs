@@ -281,7 +281,7 @@ impl<'r> RecordTxn<'r> {
             meta: info.meta,
             meta_types: info.meta_types.unwrap_or_default(),
             blocks,
-            cell: info.cell,
+            cell: info.cell.map(|c| *c),
         }))
     }
 
@@ -342,7 +342,7 @@ impl<'r> RecordTxn<'r> {
                 payload = u.payload;
             }
             if u.info.cell.is_some() {
-                cell = u.info.cell;
+                cell = u.info.cell.as_deref().copied();
             }
             visit(&ResolvedView {
                 step,

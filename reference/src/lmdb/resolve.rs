@@ -30,7 +30,7 @@ use crate::arrays::{
 use crate::clause::Clause;
 use crate::dtype::DType;
 use crate::error::{refuse, Error, Result};
-use crate::frame_bytes::{decode, extend_buffer, BlockRef, ColumnBytes};
+use crate::frame_bytes::{decode, extend_buffer, extend_f64s, BlockRef, ColumnBytes};
 use crate::model::*;
 use crate::precision::round_column;
 use crate::typed_json::MetaTag;
@@ -255,7 +255,13 @@ impl<'s> Resolver<'s> {
             meta: schema
                 .meta
                 .iter()
-                .map(|(key, decl)| (key.as_str(), decl.tag, StepSeries::new(decl.tag)))
+                .map(|(key, decl)| {
+                    let mut series = StepSeries::new(decl.tag);
+                    if let Some(values) = series.f64s_mut() {
+                        values.reserve(reserve);
+                    }
+                    (key.as_str(), decl.tag, series)
+                })
                 .collect(),
             blocks: Vec::new(),
             cells: Vec::new(),
@@ -325,9 +331,9 @@ impl<'s> Resolver<'s> {
                 })?;
             }
         }
-        if let Some(cell) = u.info.cell {
+        if let Some(cell) = &u.info.cell {
             self.cell_now = Some(self.cells.len() as u32);
-            self.cells.push(cell);
+            self.cells.push(**cell);
         }
         self.frame_cells.push(self.cell_now);
         for b in &mut self.blocks {
@@ -456,7 +462,8 @@ impl<'s> Resolver<'s> {
             }
             Some(_) => {}
             None => {
-                let mut state = BlockState::new(name, self.steps.len());
+                let reserve = self.frames_claimed.min(RESERVE_FRAMES);
+                let mut state = BlockState::new(name, self.steps.len(), reserve);
                 if !self.building() {
                     // No array will hold the names: keep them here.
                     state.column_set = names().map(str::to_string).collect();
@@ -629,12 +636,14 @@ impl<'s> Resolver<'s> {
                                 "a buffer runs past the value",
                             )
                         })?;
-                        let from = series.data.len();
-                        extend_buffer(&mut series.data, bytes)?;
-                        if let Some(p) = state.precisions[i] {
-                            if let ColumnData::F64(v) = &mut series.data {
+                        if let ColumnData::F64(v) = &mut series.data {
+                            let from = v.len();
+                            extend_f64s(v, bytes);
+                            if let Some(p) = state.precisions[i] {
                                 round_column(&mut v[from..], p);
                             }
+                        } else {
+                            extend_buffer(&mut series.data, bytes)?;
                         }
                     }
                     _ => {
@@ -788,12 +797,16 @@ impl<'s> Resolver<'s> {
 }
 
 impl BlockState {
-    fn new(name: &str, frames_before: usize) -> BlockState {
+    /// The state of a block first met after `frames_before` frames, with
+    /// room for `reserve` frames.
+    fn new(name: &str, frames_before: usize, reserve: usize) -> BlockState {
+        let mut frame_updates = Vec::with_capacity(reserve.max(frames_before));
+        frame_updates.resize(frames_before, None);
         BlockState {
             name: name.to_string(),
-            updates: Vec::new(),
+            updates: Vec::with_capacity(reserve),
             heads: Vec::new(),
-            frame_updates: vec![None; frames_before],
+            frame_updates,
             columns: Vec::new(),
             column_set: Vec::new(),
             current: None,

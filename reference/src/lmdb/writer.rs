@@ -528,7 +528,7 @@ impl Writer {
             let info = FrameInfo {
                 meta: system.meta,
                 meta_types: Some(system.meta_types),
-                cell: system.cell,
+                cell: system.cell.map(Box::new),
                 ..FrameInfo::default()
             };
             encode(&system.blocks, &info, true, &mut self.scratch);
@@ -562,7 +562,7 @@ impl Writer {
                     meta_types: None,
                     step: Some(step.step),
                     time: step.time,
-                    cell,
+                    cell: cell.map(Box::new),
                 };
                 // Only blocks that differ bit for bit from what carries
                 // forward are written (compared in place, nothing cloned);
