@@ -8,7 +8,8 @@
 //!
 //! Paths: `arrays` (`RecordTxn::record_arrays`), `owned` (`RecordTxn::record`),
 //! `views` (`for_each_frame`, every f64 column read in place or copied),
-//! `system` (`RecordTxn::system` alone).
+//! `system` (`RecordTxn::system` alone), `arrays2` (`arrays` on two threads,
+//! each on half of the order).
 //! Records are read in index order, or with `shuffled` in one fixed
 //! shuffled order (as `mrec bench` reads them).
 
@@ -29,7 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         [_, path, mode, passes, order] if order == "shuffled" => (path, mode, passes, true),
         _ => {
             return Err(
-                "usage: read_passes FILE arrays|owned|views|system PASSES [shuffled]".into(),
+                "usage: read_passes FILE arrays|arrays2|owned|views|system PASSES [shuffled]".into(),
             )
         }
     };
@@ -46,6 +47,34 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
             order.swap(i, ((z ^ (z >> 31)) % (i as u64 + 1)) as usize);
         }
+    }
+    if mode == "arrays2" {
+        // `mrec bench`'s (7): two threads, each on half of the order.
+        for pass in 0..passes {
+            let start = Instant::now();
+            let (a, b) = order.split_at(order.len() / 2);
+            let frames: u64 = std::thread::scope(|scope| {
+                let halves = [a, b].map(|half| {
+                    let reader = &reader;
+                    scope.spawn(move || -> u64 {
+                        let txn = reader.txn().expect("a read transaction");
+                        half.iter()
+                            .map(|&r| {
+                                let record = txn.record_arrays(r).expect("a record");
+                                record.trajectory.as_ref().map_or(0, |t| t.len()) as u64
+                            })
+                            .sum()
+                    })
+                });
+                halves.into_iter().map(|h| h.join().expect("a thread")).sum()
+            });
+            let secs = start.elapsed().as_secs_f64();
+            println!(
+                "pass {pass}: {frames} frames in {secs:.3} s, {:.0} frames/s",
+                frames as f64 / secs
+            );
+        }
+        return Ok(());
     }
     let txn = reader.txn()?;
     let mut scratch = Vec::new();
