@@ -1008,18 +1008,35 @@ fn views_pass(txn: &RecordTxn<'_>, order: &[u64]) -> Result<Seen> {
     Ok(t)
 }
 
+/// Records a thread of (7) takes from the shared order at a time.
+const RECORDS_PER_TAKE: usize = 64;
+
 /// (7): `pass` (the arrays or the views pass) on two threads, one shared
-/// reader, disjoint halves of `order`.
+/// reader, each thread with its own read transaction taking the next
+/// [`RECORDS_PER_TAKE`] records of `order` until none are left, as a
+/// loader's workers take indices from one queue. (Fixed halves left one
+/// thread idle at the end whenever the host slowed the other.)
 #[inline(never)] // a frame of its own in profiles
 fn two_thread_pass(
     reader: &Reader,
     order: &[u64],
     pass: fn(&RecordTxn<'_>, &[u64]) -> Result<Seen>,
 ) -> Result<Seen> {
-    let (a, b) = order.split_at(order.len() / 2);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || -> Result<Seen> {
+        let txn = reader.txn()?;
+        let mut seen = Seen::default();
+        loop {
+            let take = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(records) = order.chunks(RECORDS_PER_TAKE).nth(take) else {
+                return Ok(seen);
+            };
+            seen = seen.add(pass(&txn, records)?);
+        }
+    };
     std::thread::scope(|s| {
-        let other = s.spawn(|| pass(&reader.txn()?, b));
-        let mine = pass(&reader.txn()?, a);
+        let other = s.spawn(work);
+        let mine = work();
         let theirs = other
             .join()
             .map_err(|_| Error::Lmdb("reader thread panicked".into()))?;

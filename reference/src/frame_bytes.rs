@@ -3133,9 +3133,8 @@ impl<'a> ColumnRef<'a> {
         if self.dtype != DType::F64 || bytes.len() % 8 != 0 {
             return None;
         }
-        let (items, _) = bytes.as_chunks::<8>();
         scratch.clear();
-        scratch.extend(items.iter().map(|&a| f64::from_le_bytes(a)));
+        extend_f64s(scratch, bytes);
         Some(scratch)
     }
 
