@@ -827,18 +827,14 @@ impl Spread {
 /// Time ratio a/b of two timings, round by round (the two passes of a
 /// round ran seconds apart): the median and the extremes over the rounds.
 fn time_ratio(a: &Timing, b: &Timing) -> Spread {
-    let mut ratios: Vec<f64> = a.secs.iter().zip(&b.secs).map(|(x, y)| x / y).collect();
-    ratios.sort_by(f64::total_cmp);
-    let n = ratios.len();
-    let median = match n {
-        0 => f64::NAN,
-        _ if n % 2 == 1 => ratios[n / 2],
-        _ => (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0,
+    let ratios = Timing {
+        secs: a.secs.iter().zip(&b.secs).map(|(x, y)| x / y).collect(),
+        ..Timing::default()
     };
     Spread {
-        median,
-        min: ratios.first().copied().unwrap_or(f64::NAN),
-        max: ratios.last().copied().unwrap_or(f64::NAN),
+        median: ratios.median(),
+        min: ratios.min(),
+        max: ratios.max(),
     }
 }
 

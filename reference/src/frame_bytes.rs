@@ -2365,10 +2365,6 @@ fn exact_decimal(mantissa: u64, power: i64) -> Option<f64> {
 /// exactly by [`exact_decimal`]; any other goes through the standard
 /// library's parse.
 fn json_number(bytes: &[u8], at: &mut usize) -> Option<Value> {
-    if let Some((x, end)) = plain_decimal(bytes, *at) {
-        *at = end;
-        return Some(Value::Number(serde_json::Number::from_f64(x)?));
-    }
     let start = *at;
     let mut i = start;
     let negative = bytes.get(i) == Some(&b'-');
@@ -2460,49 +2456,6 @@ fn json_number(bytes: &[u8], at: &mut usize) -> Option<Value> {
     }
     *at = i;
     Some(Value::Number(serde_json::Number::from_f64(x)?))
-}
-
-/// The common case of [`json_number`], in fewer steps: `-?I.F` with at
-/// most 19 digits in all and no exponent (how the encoder writes most
-/// reals: the shortest text that reads back), read as `json_number` reads
-/// it (the same mantissa and power handed to [`exact_decimal`]). The value
-/// and where it ends; `None` for anything else.
-#[inline]
-fn plain_decimal(bytes: &[u8], start: usize) -> Option<(f64, usize)> {
-    let mut i = start;
-    let negative = *bytes.get(i)? == b'-';
-    i += usize::from(negative);
-    let mut mantissa = 0u64;
-    let single_digits = |i: &mut usize, mantissa: &mut u64| {
-        while let Some(d) = bytes
-            .get(*i)
-            .map(|c| c.wrapping_sub(b'0'))
-            .filter(|d| *d <= 9)
-        {
-            *mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(d));
-            *i += 1;
-        }
-    };
-    let int_start = i;
-    single_digits(&mut i, &mut mantissa);
-    let int_len = i - int_start;
-    if int_len == 0 || (int_len > 1 && bytes[int_start] == b'0') || bytes.get(i) != Some(&b'.') {
-        return None;
-    }
-    i += 1;
-    let frac_start = i;
-    if let Some(eight) = bytes.get(i..i + 8).and_then(eight_digits) {
-        mantissa = mantissa.wrapping_mul(100_000_000).wrapping_add(eight);
-        i += 8;
-    }
-    single_digits(&mut i, &mut mantissa);
-    let frac_len = i - frac_start;
-    if frac_len == 0 || int_len + frac_len > 19 || matches!(bytes.get(i), Some(b'e' | b'E')) {
-        return None;
-    }
-    // frac_len <= 19: the power is within `exact_decimal`'s range.
-    let x = exact_decimal(mantissa, -(frac_len as i64))?;
-    Some((if negative { -x } else { x }, i))
 }
 
 /// Stores a field the first time; `None` (give up) on a repeated key.
@@ -2805,39 +2758,34 @@ impl BlocksMemo {
 /// keys, which are `meta`'s own). `None` on anything else, `meta`'s keys
 /// unchanged.
 fn update_tail(rest: &[u8], meta: &mut Document) -> Option<(i64, Option<f64>)> {
-    let mut at = 0usize;
-    // Literals of a known length compare without a call.
-    fn eat<const N: usize>(rest: &[u8], at: &mut usize, literal: &[u8; N]) -> Option<()> {
-        let end = at.checked_add(N)?;
-        let next: &[u8; N] = rest.get(*at..end)?.try_into().ok()?;
-        (next == literal).then(|| *at = end)
-    }
-    eat(rest, &mut at, b",\"meta\":{")?;
+    // Bytes are only compared here: the scan needs no text.
+    let mut s = Scan {
+        text: "",
+        bytes: rest,
+        at: 0,
+    };
+    s.exactly(b",\"meta\":{")?;
     for (i, (key, slot)) in meta.iter_mut().enumerate() {
         if i > 0 {
-            eat(rest, &mut at, b",")?;
+            s.exactly(b",")?;
         }
-        eat(rest, &mut at, b"\"")?;
-        let end = at.checked_add(key.len())?;
-        if rest.get(at..end)? != key.as_bytes() {
-            return None;
-        }
-        at = end;
-        eat(rest, &mut at, b"\":")?;
-        *slot = json_number(rest, &mut at)?;
+        s.exactly(b"\"")?;
+        let end = s.at.checked_add(key.len())?;
+        (rest.get(s.at..end)? == key.as_bytes()).then(|| s.at = end)?;
+        s.exactly(b"\":")?;
+        *slot = json_number(rest, &mut s.at)?;
     }
-    eat(rest, &mut at, b"},\"step\":")?;
-    let step = tail_step(rest, &mut at)?;
-    let time = if rest.get(at..)?.starts_with(b",\"time\":") {
-        at += b",\"time\":".len();
-        match json_number(rest, &mut at)? {
+    s.exactly(b"},\"step\":")?;
+    let step = tail_step(rest, &mut s.at)?;
+    let time = if s.exactly(b",\"time\":").is_some() {
+        match json_number(rest, &mut s.at)? {
             Value::Number(n) => Some(n.as_f64()?),
             _ => return None,
         }
     } else {
         None
     };
-    (rest.get(at..)? == b"}").then_some((step, time))
+    (rest.get(s.at..)? == b"}").then_some((step, time))
 }
 
 /// How the encoder starts every header: `decode_update` reuses blocks only
@@ -3308,7 +3256,7 @@ mod tests {
             r#" { "code" : "C9H12N2O-000042" } "#,
             r#"{"a":1,"b":-2.5,"c":"x","a":3}"#,
             r#"{"big":18446744073709551615,"neg":-9223372036854775808,"e":1e300}"#,
-            r#"{"esc":"a"b"}"#,
+            r#"{"esc":"a\"b"}"#,
             r#"{"nested":{"a":1}}"#,
             r#"{"list":[1,2]}"#,
             r#"{"t":true,"n":null}"#,
@@ -3323,8 +3271,29 @@ mod tests {
                 assert_eq!(Some(Value::Object(doc)), serde, "{text}");
             }
         }
-        assert!(plain_document(br#"{"code":"x","n":1.5}"#).is_some());
-        assert!(plain_document(br#"{"esc":"a"b"}"#).is_none());
+        // Read in one pass (the loop compared them with serde_json): the
+        // record meta documents of plain keys and values.
+        for plain in [
+            &br#"{}"#[..],
+            br#" { "code" : "C9H12N2O-000042" } "#,
+            br#"{"a":1,"b":-2.5,"c":"x","a":3}"#,
+            br#"{"code":"x","n":1.5}"#,
+        ] {
+            assert!(plain_document(plain).is_some(), "{plain:?}");
+        }
+        // Left to serde_json: an escape, nesting, arrays, other literals,
+        // and anything serde_json refuses.
+        for other in [
+            &br#"{"esc":"a\"b"}"#[..],
+            br#"{"nested":{"a":1}}"#,
+            br#"{"list":[1,2]}"#,
+            br#"{"t":true,"n":null}"#,
+            br#"{"a":1}x"#,
+            br#"[1]"#,
+            br#"{"a":01}"#,
+        ] {
+            assert!(plain_document(other).is_none(), "{other:?}");
+        }
     }
 
     /// The step reader takes what `json_number` reads as an i64, and

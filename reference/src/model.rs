@@ -210,6 +210,34 @@ pub struct Block {
 impl Block {
     /// Bit-for-bit equality (used to decide whether a presentation changes a block).
     pub fn same_bits(&self, other: &Block) -> bool {
+        self.same_with_columns(other, Column::same_bits)
+    }
+
+    /// Whether two updates of a block are written with the same `blocks`
+    /// text (precisions aside): the same count, structural shape, targets
+    /// and attributes, and the same columns with the same dtypes, shapes,
+    /// lengths and written masks (a mask is written unless every row is
+    /// valid). String columns, whose values are in the text, never compare
+    /// the same.
+    pub(crate) fn same_layout(&self, other: &Block) -> bool {
+        let mask = |c: &Column| {
+            c.validity
+                .as_ref()
+                .filter(|m| !m.iter().all(|&v| v))
+                .map(Vec::len)
+        };
+        self.same_with_columns(other, |a, b| {
+            a.dtype() == b.dtype()
+                && a.dtype() != DType::String
+                && a.shape == b.shape
+                && a.data.len() == b.data.len()
+                && mask(a) == mask(b)
+        })
+    }
+
+    /// The same count, structural shape, targets and attributes, and
+    /// columns of the same names that pair up under `same`.
+    fn same_with_columns(&self, other: &Block, same: impl Fn(&Column, &Column) -> bool) -> bool {
         self.count == other.count
             && self.structural_shape == other.structural_shape
             && self.targets == other.targets
@@ -219,7 +247,7 @@ impl Block {
                 .columns
                 .iter()
                 .zip(&other.columns)
-                .all(|((ka, a), (kb, b))| ka == kb && a.same_bits(b))
+                .all(|((ka, a), (kb, b))| ka == kb && same(a, b))
     }
 }
 

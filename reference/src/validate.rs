@@ -955,23 +955,12 @@ fn prepare_step(
 /// columns' names, dtypes, shapes, lengths, masks and precisions (here: no
 /// mask and no precision, both of which need the full checks).
 fn same_update_layout(prev: &Block, cur: &Block) -> bool {
-    prev.count == cur.count
-        && prev.structural_shape == cur.structural_shape
-        && prev.targets == cur.targets
-        && prev.columns.len() == cur.columns.len()
-        && prev
+    prev.same_layout(cur)
+        && prev.columns.values().all(|c| c.validity.is_none())
+        && cur
             .columns
-            .iter()
-            .zip(&cur.columns)
-            .all(|((na, a), (nb, b))| {
-                na == nb
-                    && a.dtype() == b.dtype()
-                    && a.shape == b.shape
-                    && a.data.len() == b.data.len()
-                    && a.validity.is_none()
-                    && b.validity.is_none()
-                    && b.precision.is_none()
-            })
+            .values()
+            .all(|c| c.validity.is_none() && c.precision.is_none())
 }
 
 /// What `prepare_update` does to a block's values: rounding to the

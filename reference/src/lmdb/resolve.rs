@@ -301,22 +301,25 @@ impl<'s> Resolver<'s> {
         if !self.building() {
             return Ok(());
         }
-        let updated = match (layout, self.plan.clone()) {
-            (Some(layout), _) => {
-                let updated = self.append(&layout, u.payload).map_err(located)?;
-                self.plan = Some(layout);
-                updated
-            }
-            (None, Some(plan)) => self.append_repeat(&plan, u.payload).map_err(located)?,
+        // The blocks this update appends: its own (then they become the
+        // plan), or the plan's again.
+        let (layout, repeated) = match (layout, self.plan.clone()) {
+            (Some(layout), _) => (layout, false),
+            (None, Some(plan)) => (plan, true),
             (None, None) => {
                 // Not expected (a repeated update follows a full one);
                 // decoding in full is always right.
                 let frame = decode(u.value).map_err(located)?;
-                let layout = Rc::new(layout_of(frame.blocks, u.payload).map_err(located)?);
-                let updated = self.append(&layout, u.payload).map_err(located)?;
-                self.plan = Some(layout);
-                updated
+                let layout = layout_of(frame.blocks, u.payload).map_err(located)?;
+                (Rc::new(layout), false)
             }
+        };
+        let updated = if repeated {
+            self.append_repeat(&layout, u.payload).map_err(located)?
+        } else {
+            let updated = self.append(&layout, u.payload).map_err(located)?;
+            self.plan = Some(layout);
+            updated
         };
         self.steps.push(step);
         if let (Some(times), Some(t)) = (&mut self.times, u.info.time) {
@@ -627,33 +630,11 @@ impl<'s> Resolver<'s> {
                 .zip(state.columns.iter_mut())
                 .enumerate()
             {
-                match (&column.data, column.mask) {
-                    (LayoutData::Buffer(offset, len), None) if column.dtype != DType::Bool => {
-                        let bytes = payload.get(*offset..offset + len).ok_or_else(|| {
-                            Error::refused(
-                                Clause::FrameBufferBounds,
-                                format!("blocks.{}.columns.{}", block.name, column.name),
-                                "a buffer runs past the value",
-                            )
-                        })?;
-                        if let ColumnData::F64(v) = &mut series.data {
-                            let from = v.len();
-                            extend_f64s(v, bytes);
-                            if let Some(p) = state.precisions[i] {
-                                round_column(&mut v[from..], p);
-                            }
-                        } else {
-                            extend_buffer(&mut series.data, bytes)?;
-                        }
-                    }
-                    _ => {
-                        let from = series.data.len();
-                        append_values(column, block.count, payload, series, u).map_err(|e| {
-                            e.within(&format!("blocks.{}.columns.{}", block.name, column.name))
-                        })?;
-                        round_appended(series, from, state.precisions[i]);
-                    }
-                }
+                let from = series.data.len();
+                append_values(column, block.count, payload, series, u).map_err(|e| {
+                    e.within(&format!("blocks.{}.columns.{}", block.name, column.name))
+                })?;
+                round_appended(series, from, state.precisions[i]);
             }
             state.updates.push(BlockUpdate {
                 count: block.count,
@@ -849,6 +830,7 @@ fn layout_of(blocks: BTreeMap<String, BlockRef<'_>>, payload: &[u8]) -> Result<L
 /// Appends `column`'s values for an update of `count` rows (update `u` of
 /// its block) to `series`: a buffer read from `payload` (bool bytes
 /// checked), or the header's strings; its mask, unless every row is valid.
+#[inline(always)]
 fn append_values(
     column: &LayoutColumn,
     count: u64,
@@ -866,7 +848,12 @@ fn append_values(
     match &column.data {
         LayoutData::Buffer(offset, len) => {
             let bytes = payload.get(*offset..offset + len).ok_or_else(bounds)?;
-            extend_buffer(&mut series.data, bytes)?;
+            // f64 columns (most of what a reader copies) without the
+            // general dispatch.
+            match &mut series.data {
+                ColumnData::F64(v) => extend_f64s(v, bytes),
+                data => extend_buffer(data, bytes)?,
+            }
         }
         LayoutData::Strings(values) => {
             if let ColumnData::String(out) = &mut series.data {

@@ -587,7 +587,7 @@ impl Writer {
                 let reuse = text_kept
                     && written().count() == last_written.len()
                     && written().zip(&last_written).all(|((name, block), last)| {
-                        name == last && current.get(name).is_some_and(|c| same_layout(c, block))
+                        name == last && current.get(name).is_some_and(|c| c.same_layout(block))
                     });
                 text_kept = encode_update(
                     written(),
@@ -738,36 +738,6 @@ fn write_empty_environment(file: &File, page_size: u32, map_size: u64) -> Result
     }
     file.write_all_at(&pages, 0)?;
     Ok(())
-}
-
-/// Whether two blocks of trajectory updates are written with the same
-/// `blocks` text: the same count, structural shape, targets and
-/// attributes, and the same columns with the same dtypes, shapes and
-/// written masks (a mask is written unless every row is valid). String
-/// columns, whose values are in the text, never compare the same.
-fn same_layout(a: &Block, b: &Block) -> bool {
-    let mask = |c: &Column| {
-        c.validity
-            .as_ref()
-            .filter(|m| !m.iter().all(|&v| v))
-            .map(Vec::len)
-    };
-    a.count == b.count
-        && a.structural_shape == b.structural_shape
-        && a.targets == b.targets
-        && a.attributes == b.attributes
-        && a.columns.len() == b.columns.len()
-        && a.columns
-            .iter()
-            .zip(&b.columns)
-            .all(|((na, ca), (nb, cb))| {
-                na == nb
-                    && ca.dtype() == cb.dtype()
-                    && ca.dtype() != crate::dtype::DType::String
-                    && ca.shape == cb.shape
-                    && ca.data.len() == cb.data.len()
-                    && mask(ca) == mask(cb)
-            })
 }
 
 /// Takes the writer's exclusive lock on `path`, creating the file.
