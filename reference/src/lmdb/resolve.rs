@@ -531,7 +531,6 @@ impl<'s> Resolver<'s> {
         self.plan_states.clear();
         for block in &layout.blocks {
             let name = block.name.as_str();
-            let bat = |col: &str| format!("blocks.{name}.columns.{col}");
             let Some(b) = self.blocks.iter().position(|s| s.name == name) else {
                 // `block_rules` made the state of every block it passed.
                 refuse!(
@@ -569,19 +568,7 @@ impl<'s> Resolver<'s> {
                     "the columns differ from this record's earlier update"
                 );
             }
-            let u = state.updates.len() as u32;
-            let first_row = state.rows();
-            for (i, (column, (_, series))) in block
-                .columns
-                .iter()
-                .zip(state.columns.iter_mut())
-                .enumerate()
-            {
-                let from = series.data.len();
-                append_values(column, block.count, payload, series, u)
-                    .map_err(|e| e.within(&bat(&column.name)))?;
-                round_appended(series, from, state.precisions[i]);
-            }
+            let u = state.append_update(block, payload)?;
             state.references = block
                 .columns
                 .iter()
@@ -601,11 +588,6 @@ impl<'s> Resolver<'s> {
             {
                 state.heads.push((u, block.head.clone()));
             }
-            state.updates.push(BlockUpdate {
-                count: block.count,
-                first_row,
-            });
-            state.current = Some(u);
         }
         Ok(!layout.blocks.is_empty())
     }
@@ -619,28 +601,9 @@ impl<'s> Resolver<'s> {
             return self.append(layout, payload);
         }
         for (block, &b) in layout.blocks.iter().zip(&self.plan_states) {
-            let Some(state) = self.blocks.get_mut(b) else {
-                continue;
-            };
-            let u = state.updates.len() as u32;
-            let first_row = state.rows();
-            for (i, (column, (_, series))) in block
-                .columns
-                .iter()
-                .zip(state.columns.iter_mut())
-                .enumerate()
-            {
-                let from = series.data.len();
-                append_values(column, block.count, payload, series, u).map_err(|e| {
-                    e.within(&format!("blocks.{}.columns.{}", block.name, column.name))
-                })?;
-                round_appended(series, from, state.precisions[i]);
+            if let Some(state) = self.blocks.get_mut(b) {
+                state.append_update(block, payload)?;
             }
-            state.updates.push(BlockUpdate {
-                count: block.count,
-                first_row,
-            });
-            state.current = Some(u);
         }
         Ok(!layout.blocks.is_empty())
     }
@@ -801,6 +764,31 @@ impl BlockState {
         let built = self.columns.iter().map(|(name, _)| name.as_str());
         let kept = self.column_set.iter().map(String::as_str);
         built.chain(kept)
+    }
+
+    /// Appends the values of an update of `block` (its columns as this
+    /// state holds them) read from `payload`, as the next update; returns
+    /// its number.
+    fn append_update(&mut self, block: &LayoutBlock, payload: &[u8]) -> Result<u32> {
+        let u = self.updates.len() as u32;
+        let first_row = self.rows();
+        for (i, (column, (_, series))) in block
+            .columns
+            .iter()
+            .zip(self.columns.iter_mut())
+            .enumerate()
+        {
+            let from = series.data.len();
+            append_values(column, block.count, payload, series, u)
+                .map_err(|e| e.within(&format!("blocks.{}.columns.{}", block.name, column.name)))?;
+            round_appended(series, from, self.precisions[i]);
+        }
+        self.updates.push(BlockUpdate {
+            count: block.count,
+            first_row,
+        });
+        self.current = Some(u);
+        Ok(u)
     }
 
     /// Rows of every update so far.
