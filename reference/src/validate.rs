@@ -836,7 +836,13 @@ fn prepare_trajectory(
     check_aligned_names(schema, system_blocks, at)?;
     // Paths are formatted only on the error path: readers run this for every
     // record they hand back, so the loop must not allocate per frame.
-    let has_time = traj.frames.first().is_some_and(|f| f.time.is_some());
+    let facts = TrajectoryFacts {
+        has_time: traj.frames.first().is_some_and(|f| f.time.is_some()),
+        rounds: schema
+            .blocks
+            .values()
+            .any(|d| d.columns.values().any(|c| c.precision.is_some())),
+    };
     let mut previous_step: Option<i64> = None;
     let mut column_sets: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for i in 0..traj.frames.len() {
@@ -846,7 +852,7 @@ fn prepare_trajectory(
             step,
             done.last(),
             previous_step,
-            has_time,
+            facts,
             &mut column_sets,
             system_blocks,
             schema,
@@ -867,11 +873,7 @@ fn prepare_trajectory(
             continue;
         }
         for (name, block) in &step.blocks {
-            references |= !block.targets.is_empty()
-                || block
-                    .columns
-                    .keys()
-                    .any(|c| ENDPOINT_COLUMNS.contains(&c.as_str()));
+            references |= !block.targets.is_empty() || block.columns.keys().any(|c| is_endpoint(c));
             resolved.insert(name, block);
         }
         check_aligned(&resolved, schema)
@@ -903,6 +905,21 @@ pub fn check_aligned_names(
     Ok(())
 }
 
+/// What holds for every frame of a trajectory, found once.
+#[derive(Clone, Copy)]
+struct TrajectoryFacts {
+    /// The first frame has a time, so every frame must.
+    has_time: bool,
+    /// Some declared column has a precision, so updates are rounded.
+    rounds: bool,
+}
+
+/// Whether `column` is one of the [`ENDPOINT_COLUMNS`]; asked of every
+/// column of every update, so other lengths are answered at once.
+fn is_endpoint(column: &str) -> bool {
+    column.len() == 5 && ENDPOINT_COLUMNS.contains(&column)
+}
+
 /// One trajectory frame; error paths are relative to the frame. A block
 /// laid out as the previous frame presented it (already checked, see
 /// [`same_update_layout`]) is only rounded to its declared precision.
@@ -910,7 +927,7 @@ fn prepare_step(
     step: &mut Step,
     previous: Option<&Step>,
     previous_step: Option<i64>,
-    has_time: bool,
+    facts: TrajectoryFacts,
     column_sets: &mut BTreeMap<String, Vec<String>>,
     system_blocks: &BTreeMap<String, Block>,
     schema: &SequenceSchema,
@@ -925,7 +942,7 @@ fn prepare_step(
             );
         }
     }
-    if step.time.is_some() != has_time {
+    if step.time.is_some() != facts.has_time {
         refuse!(
             TimeAllOrNone,
             "time",
@@ -939,7 +956,9 @@ fn prepare_step(
             .and_then(|p| p.blocks.get(name))
             .is_some_and(|p| same_update_layout(p, block));
         if repeated {
-            round_update(name, block, schema);
+            if facts.rounds {
+                round_update(name, block, schema);
+            }
             continue;
         }
         prepare_update(name, block, column_sets, system_blocks, schema)
