@@ -17,9 +17,12 @@
 //! `index`, every `r` and every `s`. The file is synced, and the last
 //! transaction writes `meta` alone (a plain put: `meta` sorts before `r`).
 //! A file whose writer died before that last commit has no `meta` key, and
-//! every reader refuses it as uncommitted. Memory holds one batch, two file
-//! buffers and four small numbers per record (for the index), never the
-//! records themselves.
+//! every reader refuses it as uncommitted. Memory holds two batches (one
+//! being filled, one being committed), two file buffers and four small
+//! numbers per record (for the index), never the records themselves. After
+//! each commit the file's writeback is started ([`start_writeback`]), so
+//! the disk works while records are appended and `finish`'s syncs find
+//! little left to write.
 
 use super::{
     frame_key, lmdb_error, record_key, system_key, Db, FF_KEY, INDEX_KEY, LAYOUT, LAYOUT_VERSION,
