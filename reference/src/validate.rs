@@ -917,8 +917,18 @@ struct TrajectoryFacts {
 /// Whether `column` is one of the [`ENDPOINT_COLUMNS`]; asked of every
 /// column of every update, so other lengths are answered at once.
 fn is_endpoint(column: &str) -> bool {
-    column.len() == 5 && ENDPOINT_COLUMNS.contains(&column)
+    column.len() == ENDPOINT_LEN && ENDPOINT_COLUMNS.contains(&column)
 }
+
+/// The length of every endpoint name, checked when the crate compiles.
+const ENDPOINT_LEN: usize = 5;
+const _: () = {
+    let mut i = 0;
+    while i < ENDPOINT_COLUMNS.len() {
+        assert!(ENDPOINT_COLUMNS[i].len() == ENDPOINT_LEN);
+        i += 1;
+    }
+};
 
 /// One trajectory frame; error paths are relative to the frame. A block
 /// laid out as the previous frame presented it (already checked, see
