@@ -2821,13 +2821,6 @@ impl<'a> BlockRef<'a> {
 // Reading columns
 // ---------------------------------------------------------------------------
 
-/// [`extend_buffer`] for an `f64` column, inlined where the reader copies
-/// a frame's columns (most of what it does with a frame).
-#[inline]
-pub(crate) fn extend_f64s(out: &mut Vec<f64>, b: &[u8]) {
-    extend(out, b, f64::from_le_bytes);
-}
-
 /// Appends `N`-byte little-endian items (works at any address; a trailing
 /// partial item is ignored). On a little-endian target the bytes already
 /// are the items' memory and are copied in one go.
@@ -2877,6 +2870,9 @@ fn extend_bools(out: &mut Vec<bool>, bytes: &[u8], what: &str) -> Result<()> {
 /// Appends a buffer's little-endian items to `out` (its dtype says how
 /// many bytes an item has; a trailing partial item is ignored). Refuses a
 /// bool byte other than 0 / 1; appends nothing for a string column.
+/// Inlined where the reader copies a frame's columns (most of what it does
+/// with a frame), so that each arm's copy is inlined too.
+#[inline(always)]
 pub(crate) fn extend_buffer(out: &mut ColumnData, b: &[u8]) -> Result<()> {
     match out {
         ColumnData::F64(v) => extend(v, b, f64::from_le_bytes),
@@ -3082,7 +3078,7 @@ impl<'a> ColumnRef<'a> {
             return None;
         }
         scratch.clear();
-        extend_f64s(scratch, bytes);
+        extend(scratch, bytes, f64::from_le_bytes);
         Some(scratch)
     }
 

@@ -30,7 +30,7 @@ use crate::arrays::{
 use crate::clause::Clause;
 use crate::dtype::DType;
 use crate::error::{refuse, Error, Result};
-use crate::frame_bytes::{decode, extend_buffer, extend_f64s, BlockRef, ColumnBytes};
+use crate::frame_bytes::{decode, extend_buffer, BlockRef, ColumnBytes};
 use crate::model::*;
 use crate::precision::round_column;
 use crate::typed_json::MetaTag;
@@ -836,12 +836,7 @@ fn append_values(
     match &column.data {
         LayoutData::Buffer(offset, len) => {
             let bytes = payload.get(*offset..offset + len).ok_or_else(bounds)?;
-            // f64 columns (most of what a reader copies) without the
-            // general dispatch.
-            match &mut series.data {
-                ColumnData::F64(v) => extend_f64s(v, bytes),
-                data => extend_buffer(data, bytes)?,
-            }
+            extend_buffer(&mut series.data, bytes)?;
         }
         LayoutData::Strings(values) => {
             if let ColumnData::String(out) = &mut series.data {
