@@ -17,7 +17,7 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use molrec::lmdb::Reader;
+use molrec::lmdb::{Reader, RecordTxn};
 use molrec::DType;
 use std::hint::black_box;
 use std::path::Path;
@@ -49,77 +49,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             order.swap(i, ((z ^ (z >> 31)) % (i as u64 + 1)) as usize);
         }
     }
-    if mode == "arrays2" {
-        // `mrec bench`'s (7): two threads taking 64 records at a time.
-        for pass in 0..passes {
-            let start = Instant::now();
-            let next = std::sync::atomic::AtomicUsize::new(0);
-            let work = || -> u64 {
-                let txn = reader.txn().expect("a read transaction");
-                let mut frames = 0;
-                loop {
-                    let take = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(records) = order.chunks(64).nth(take) else {
-                        return frames;
-                    };
-                    for &r in records {
-                        let record = txn.record_arrays(r).expect("a record");
-                        frames += record.trajectory.as_ref().map_or(0, |t| t.len()) as u64;
-                    }
-                }
-            };
-            let frames = std::thread::scope(|scope| {
-                let other = scope.spawn(work);
-                work() + other.join().expect("a thread")
-            });
-            let secs = start.elapsed().as_secs_f64();
-            println!(
-                "pass {pass}: {frames} frames in {secs:.3} s, {:.0} frames/s",
-                frames as f64 / secs
-            );
-        }
-        return Ok(());
-    }
     let txn = reader.txn()?;
     let mut scratch = Vec::new();
     for pass in 0..passes {
         let start = Instant::now();
-        let mut frames = 0u64;
-        for &r in &order {
-            match mode.as_str() {
-                "arrays" => {
-                    let record = txn.record_arrays(r)?;
-                    frames += record.trajectory.as_ref().map_or(0, |t| t.len()) as u64;
-                    black_box(record);
-                }
-                "system" => {
-                    // Only the systems: what a record's fixed cost is made of.
-                    black_box(txn.system(r)?);
-                    frames += reader.record_frames(r).unwrap_or(0);
-                }
-                "owned" => {
-                    let record = txn.record(r)?;
-                    frames += record.trajectory.as_ref().map_or(0, |t| t.frames.len()) as u64;
-                    black_box(record);
-                }
-                "views" => {
-                    black_box(txn.record_meta(r)?);
-                    black_box(txn.system(r)?);
-                    txn.for_each_frame(r, |view| {
-                        for block in view.blocks.values() {
-                            for col in block.columns.values() {
-                                if col.dtype == DType::F64 {
-                                    black_box(col.f64_values(&mut scratch));
-                                }
-                            }
-                        }
-                        frames += 1;
-                        Ok(())
-                    })?;
-                }
-                other => return Err(format!("unknown path {other:?}").into()),
-            }
-        }
+        let frames = match mode.as_str() {
+            "arrays2" => molrec::bench::two_thread_arrays_pass(&reader, &order)?,
+            _ => one_thread_pass(&reader, &txn, mode, &order, &mut scratch)?,
+        };
         let secs = start.elapsed().as_secs_f64();
         println!(
             "pass {pass}: {frames} frames in {secs:.3} s, {:.0} frames/s",
@@ -127,4 +64,51 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     Ok(())
+}
+
+/// One pass of a one-thread path over `order`: the frames read.
+fn one_thread_pass(
+    reader: &Reader,
+    txn: &RecordTxn<'_>,
+    mode: &str,
+    order: &[u64],
+    scratch: &mut Vec<f64>,
+) -> Result<u64, Box<dyn std::error::Error>> {
+    let mut frames = 0u64;
+    for &r in order {
+        match mode {
+            "arrays" => {
+                let record = txn.record_arrays(r)?;
+                frames += record.trajectory.as_ref().map_or(0, |t| t.len()) as u64;
+                black_box(record);
+            }
+            "system" => {
+                // Only the systems: what a record's fixed cost is made of.
+                black_box(txn.system(r)?);
+                frames += reader.record_frames(r).unwrap_or(0);
+            }
+            "owned" => {
+                let record = txn.record(r)?;
+                frames += record.trajectory.as_ref().map_or(0, |t| t.frames.len()) as u64;
+                black_box(record);
+            }
+            "views" => {
+                black_box(txn.record_meta(r)?);
+                black_box(txn.system(r)?);
+                txn.for_each_frame(r, |view| {
+                    for block in view.blocks.values() {
+                        for col in block.columns.values() {
+                            if col.dtype == DType::F64 {
+                                black_box(col.f64_values(scratch));
+                            }
+                        }
+                    }
+                    frames += 1;
+                    Ok(())
+                })?;
+            }
+            other => return Err(format!("unknown path {other:?}").into()),
+        }
+    }
+    Ok(frames)
 }

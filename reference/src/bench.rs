@@ -1004,6 +1004,13 @@ fn views_pass(txn: &RecordTxn<'_>, order: &[u64]) -> Result<Seen> {
     Ok(t)
 }
 
+/// (7) as `mrec bench` runs it, for profiling drivers
+/// (`examples/read_passes.rs`): `record_arrays` for every record of
+/// `order` on two threads; the frames read.
+pub fn two_thread_arrays_pass(reader: &Reader, order: &[u64]) -> Result<u64> {
+    two_thread_pass(reader, order, arrays_pass).map(|seen| seen.frames)
+}
+
 /// Records a thread of (7) takes from the shared order at a time.
 const RECORDS_PER_TAKE: usize = 64;
 
