@@ -388,7 +388,7 @@ fn check_row_references(
         for (col, column) in &block.columns {
             let target = match block.targets.get(col) {
                 Some(t) => t.as_str(),
-                None if ENDPOINT_COLUMNS.contains(&col.as_str()) => "atoms",
+                None if is_endpoint(col) => "atoms",
                 None => continue,
             };
             if block.count == 0 {
@@ -916,7 +916,7 @@ struct TrajectoryFacts {
 
 /// Whether `column` is one of the [`ENDPOINT_COLUMNS`]; asked of every
 /// column of every update, so other lengths are answered at once.
-fn is_endpoint(column: &str) -> bool {
+pub(crate) fn is_endpoint(column: &str) -> bool {
     column.len() == ENDPOINT_LEN && ENDPOINT_COLUMNS.contains(&column)
 }
 

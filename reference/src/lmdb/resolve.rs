@@ -34,7 +34,7 @@ use crate::frame_bytes::{decode, extend_buffer, BlockRef, ColumnBytes};
 use crate::model::*;
 use crate::precision::round_column;
 use crate::typed_json::MetaTag;
-use crate::validate::ENDPOINT_COLUMNS;
+use crate::validate::is_endpoint;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
@@ -575,9 +575,7 @@ impl<'s> Resolver<'s> {
                 .enumerate()
                 .filter_map(|(i, column)| match block.head.targets.get(&column.name) {
                     Some(t) => Some((i, t.clone())),
-                    None if ENDPOINT_COLUMNS.contains(&column.name.as_str()) => {
-                        Some((i, "atoms".to_string()))
-                    }
+                    None if is_endpoint(&column.name) => Some((i, "atoms".to_string())),
                     None => None,
                 })
                 .collect();
