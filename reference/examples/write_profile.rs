@@ -27,8 +27,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A fresh file, as `mrec bench` writes: truncating an old one costs time.
     let _ = std::fs::remove_file(&path);
     let seed = 1;
-    // Generated up front: the timed loop below is the writer alone.
-    let records: Vec<_> = (0..n).map(|r| workload_record(seed, r)).collect();
+    // Generated up front, so the timed loop is the writer alone; or, with
+    // `WRITE_PROFILE_INLINE=1`, each record just before it is appended, as
+    // `mrec bench` does (then the record is in the cache when the writer
+    // reads it; only `append` and `finish` are timed either way).
+    let inline = std::env::var_os("WRITE_PROFILE_INLINE").is_some_and(|v| v == "1");
+    let records: Vec<_> = match inline {
+        true => Vec::new(),
+        false => (0..n).map(|r| workload_record(seed, r)).collect(),
+    };
     // `WRITE_PROFILE_PAUSE=S`: wait S seconds here, so that a profiler
     // attached meanwhile (`perf record -p`) sees only the writer.
     if let Some(pause) = std::env::var("WRITE_PROFILE_PAUSE")
@@ -38,7 +45,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         eprintln!("generated; writing in {pause} s");
         std::thread::sleep(std::time::Duration::from_secs_f64(pause));
     }
-    let (t, cpu, faults) = (Instant::now(), cpu_secs(), minor_faults());
     let mut options = WriterOptions::default();
     if let Some(bytes) = args.next() {
         options.batch_bytes = bytes.parse()?;
@@ -46,23 +52,59 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(page) = args.next() {
         options.page_size = page.parse()?;
     }
-    let mut writer = Writer::create(&path, workload_header(seed, n), options)?;
-    for record in records {
-        writer.append(record)?;
+    let mut clock = Clock::default();
+    let mut writer = clock.time(|| Writer::create(&path, workload_header(seed, n), options))?;
+    let mut records = records.into_iter();
+    for r in 0..n {
+        let record = match inline {
+            true => workload_record(seed, r),
+            false => records.next().expect("one generated per record"),
+        };
+        clock.time(|| writer.append(record))?;
     }
     let frames = writer.frames();
-    let appended = t.elapsed().as_secs_f64();
-    writer.finish(BTreeMap::new())?;
-    let secs = t.elapsed().as_secs_f64();
-    let cpu = cpu_secs() - cpu;
-    let faults = minor_faults() - faults;
+    let appended = clock.secs;
+    clock.time(|| writer.finish(BTreeMap::new()))?;
+    let Clock { secs, cpu, faults } = clock;
+    let peak = status_kib("VmHWM");
     let size = std::fs::metadata(&path)?.len();
     println!(
         "{n} records, {frames} frames: append {appended:.3} s, total {secs:.3} s \
-         (cpu {cpu:.3} s, {faults} page faults), {:.0} frames/s, file {size} bytes",
-        frames as f64 / secs
+         (cpu {cpu:.3} s, {faults} page faults), {:.0} frames/s, file {size} bytes, \
+         peak resident {:.1} MiB",
+        frames as f64 / secs,
+        peak as f64 / 1024.0
     );
     Ok(())
+}
+
+/// A `kB` figure of /proc/self/status (0 if it cannot be read).
+fn status_kib(key: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Wall and CPU seconds and minor page faults of the timed calls only.
+#[derive(Default)]
+struct Clock {
+    secs: f64,
+    cpu: f64,
+    faults: i64,
+}
+
+impl Clock {
+    fn time<T>(&mut self, f: impl FnOnce() -> T) -> T {
+        let (t, cpu, faults) = (Instant::now(), cpu_secs(), minor_faults());
+        let result = f();
+        self.secs += t.elapsed().as_secs_f64();
+        self.cpu += cpu_secs() - cpu;
+        self.faults += minor_faults() - faults;
+        result
+    }
 }
 
 /// Minor page faults of this process so far.

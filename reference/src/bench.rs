@@ -1191,8 +1191,6 @@ fn mem() -> Mem {
     m
 }
 
-/// User + system CPU seconds of this process so far (all threads), from
-/// /proc/self/stat, in clock ticks of 1/100 s.
 /// Major page faults of this process so far (field 12 of /proc/self/stat).
 fn major_faults_so_far() -> u64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
@@ -1226,6 +1224,8 @@ fn damon_pageout() -> bool {
     })
 }
 
+/// User + system CPU seconds of this process so far (all threads), from
+/// /proc/self/stat, in clock ticks of 1/100 s.
 fn cpu_secs() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     let fields: Vec<&str> = stat
