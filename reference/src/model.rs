@@ -190,6 +190,26 @@ impl Column {
             && mask(self) == mask(other)
             && self.precision.map(f64::to_bits) == other.precision.map(f64::to_bits)
     }
+
+    /// Whether `other` is written with the same header entry (precision
+    /// aside): the same dtype, shape, length and written mask (a mask is
+    /// written unless every row is valid). Never for strings, whose values
+    /// are in the header.
+    #[inline(always)]
+    fn same_layout(&self, other: &Column) -> bool {
+        let mask = |c: &Column| {
+            c.validity
+                .as_ref()
+                .filter(|m| !m.iter().all(|&v| v))
+                .map(Vec::len)
+        };
+        let dtype = self.dtype();
+        dtype == other.dtype()
+            && dtype != DType::String
+            && same_short(&self.shape, &other.shape)
+            && self.data.len() == other.data.len()
+            && mask(self) == mask(other)
+    }
 }
 
 /// A block: a row count and named columns.
@@ -220,25 +240,33 @@ impl Block {
     /// valid). String columns, whose values are in the text, never compare
     /// the same.
     pub(crate) fn same_layout(&self, other: &Block) -> bool {
-        let mask = |c: &Column| {
-            c.validity
-                .as_ref()
-                .filter(|m| !m.iter().all(|&v| v))
-                .map(Vec::len)
-        };
-        self.same_with_columns(other, |a, b| {
-            let dtype = a.dtype();
-            dtype == b.dtype()
-                && dtype != DType::String
-                && same_short(&a.shape, &b.shape)
-                && a.data.len() == b.data.len()
-                && mask(a) == mask(b)
-        })
+        self.same_with_columns(other, Column::same_layout)
+    }
+
+    /// [`Block::same_bits`] and [`Block::same_layout`] in one walk over the
+    /// columns: the writer asks both of every block it is presented,
+    /// against what carries forward.
+    pub(crate) fn compare(&self, other: &Block) -> Sameness {
+        let (mut bits, mut layout) = (true, true);
+        // The walk stops at the first pair for which neither holds.
+        let paired = self.same_with_columns(other, |a, b| {
+            layout = layout && a.same_layout(b);
+            bits = bits && a.same_bits(b);
+            bits || layout
+        });
+        Sameness {
+            bits: paired && bits,
+            layout: paired && layout,
+        }
     }
 
     /// The same count, structural shape, targets and attributes, and
     /// columns of the same names that pair up under `same`.
-    fn same_with_columns(&self, other: &Block, same: impl Fn(&Column, &Column) -> bool) -> bool {
+    fn same_with_columns(
+        &self,
+        other: &Block,
+        mut same: impl FnMut(&Column, &Column) -> bool,
+    ) -> bool {
         // The writer asks this twice per presented block: empty maps and
         // short names are compared inline rather than through the maps'
         // `==` and `memcmp` (together half of the comparison's cost).
@@ -255,6 +283,15 @@ impl Block {
                 .zip(&other.columns)
                 .all(|((ka, a), (kb, b))| same_short(ka.as_bytes(), kb.as_bytes()) && same(a, b))
     }
+}
+
+/// A presented block against what carries forward ([`Block::compare`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Sameness {
+    /// The same bit for bit: nothing to write.
+    pub bits: bool,
+    /// Laid out the same: written with the same `blocks` text.
+    pub layout: bool,
 }
 
 /// Slice equality as a plain loop: for the few items of a column name or
@@ -427,4 +464,93 @@ pub struct Collection {
     pub index: BTreeMap<String, Column>,
     /// Records in order.
     pub records: Vec<Record>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(columns: &[(&str, Column)]) -> Block {
+        Block {
+            count: 2,
+            columns: columns
+                .iter()
+                .map(|(name, c)| (name.to_string(), c.clone()))
+                .collect(),
+            ..Block::default()
+        }
+    }
+
+    /// `compare` answers in one walk what `same_bits` and `same_layout`
+    /// answer in two, for blocks that differ in each way a presented block
+    /// can differ from what carries forward.
+    #[test]
+    fn compare_is_same_bits_and_same_layout_at_once() {
+        let f64s = |v: [f64; 2]| Column::new(vec![2], ColumnData::F64(v.to_vec()));
+        let strs = |v: [&str; 2]| {
+            Column::new(
+                vec![2],
+                ColumnData::String(v.iter().map(|s| s.to_string()).collect()),
+            )
+        };
+        let masked = |c: Column, m: [bool; 2]| Column {
+            validity: Some(m.to_vec()),
+            ..c
+        };
+        let base = block(&[("x", f64s([1.0, 2.0])), ("y", f64s([3.0, 4.0]))]);
+        let mut recounted = base.clone();
+        recounted.count = 3;
+        let mut shaped = base.clone();
+        shaped.structural_shape = Some(vec![2]);
+        let others = [
+            base.clone(),
+            block(&[("x", f64s([1.0, 2.0])), ("y", f64s([3.0, 5.0]))]),
+            block(&[("x", f64s([9.0, 2.0])), ("y", f64s([3.0, 4.0]))]),
+            block(&[("x", f64s([1.0, 2.0])), ("z", f64s([3.0, 4.0]))]),
+            block(&[("x", f64s([1.0, 2.0]))]),
+            block(&[
+                ("x", f64s([1.0, 2.0])),
+                (
+                    "y",
+                    Column::new(vec![2, 1], ColumnData::F64(vec![3.0, 4.0])),
+                ),
+            ]),
+            block(&[
+                ("x", f64s([1.0, 2.0])),
+                ("y", Column::new(vec![2], ColumnData::I64(vec![3, 4]))),
+            ]),
+            block(&[
+                ("x", f64s([1.0, 2.0])),
+                ("y", masked(f64s([3.0, 4.0]), [true, true])),
+            ]),
+            block(&[
+                ("x", f64s([1.0, 2.0])),
+                ("y", masked(f64s([3.0, 4.0]), [true, false])),
+            ]),
+            block(&[("x", f64s([1.0, 2.0])), ("y", f64s([3.0, -0.0]))]),
+            recounted,
+            shaped,
+        ];
+        let with_strings = block(&[("e", strs(["C", "H"])), ("x", f64s([1.0, 2.0]))]);
+        let string_others = [
+            with_strings.clone(),
+            block(&[("e", strs(["C", "O"])), ("x", f64s([1.0, 2.0]))]),
+            block(&[("e", strs(["C", "H"])), ("x", f64s([1.0, 7.0]))]),
+        ];
+        let pairs = others
+            .iter()
+            .map(|o| (&base, o))
+            .chain(string_others.iter().map(|o| (&with_strings, o)));
+        let mut seen = BTreeMap::new();
+        for (i, (a, b)) in pairs.enumerate() {
+            let want = Sameness {
+                bits: a.same_bits(b),
+                layout: a.same_layout(b),
+            };
+            assert_eq!(a.compare(b), want, "pair {i}: {b:?}");
+            *seen.entry((want.bits, want.layout)).or_insert(0) += 1;
+        }
+        // Every combination of the two answers occurs among the pairs.
+        assert_eq!(seen.len(), 4, "{seen:?}");
+    }
 }

@@ -647,7 +647,9 @@ impl Writer {
             // first frame restates every block it presents.
             let mut current: BTreeMap<String, Block> = BTreeMap::new();
             let mut current_cell: Option<Cell> = None;
-            let mut changed: Vec<bool> = Vec::new();
+            // Each presented block against what carries forward (`None`:
+            // nothing does yet).
+            let mut compared: Vec<Option<Sameness>> = Vec::new();
             // The blocks written at the last frame, whose `blocks` text
             // `self.blocks_text` holds (none yet in this record).
             let mut last_written: Vec<String> = Vec::new();
@@ -673,30 +675,31 @@ impl Writer {
                 // Only blocks that differ bit for bit from what carries
                 // forward are written (compared in place, nothing cloned);
                 // they then become what carries forward.
-                changed.clear();
-                changed.extend(
+                compared.clear();
+                compared.extend(
                     step.blocks
                         .iter()
-                        .map(|(name, block)| current.get(name).is_none_or(|c| !c.same_bits(block))),
+                        .map(|(name, block)| current.get(name).map(|c| c.compare(block))),
                 );
+                let changed = |s: &Option<Sameness>| s.is_none_or(|s| !s.bits);
                 let j = self.total_frames + frames;
                 let written = || {
                     step.blocks
                         .iter()
-                        .zip(&changed)
-                        .filter(|(_, &c)| c)
-                        .map(|((name, block), _)| (name.as_str(), block))
+                        .zip(&compared)
+                        .filter(|(_, s)| changed(s))
+                        .map(|((name, block), s)| (name.as_str(), block, s))
                 };
                 // The same blocks as the last frame wrote, each laid out as
                 // it was there (what carries forward is what it wrote):
                 // the same `blocks` text.
                 let reuse = text_kept
                     && written().count() == last_written.len()
-                    && written().zip(&last_written).all(|((name, block), last)| {
-                        name == last && current.get(name).is_some_and(|c| c.same_layout(block))
-                    });
+                    && written()
+                        .zip(&last_written)
+                        .all(|((name, _, s), last)| name == last && s.is_some_and(|s| s.layout));
                 text_kept = encode_update(
-                    written(),
+                    written().map(|(name, block, _)| (name, block)),
                     &info,
                     false,
                     Some((&mut self.blocks_text, reuse)),
@@ -704,10 +707,10 @@ impl Writer {
                 );
                 if !reuse {
                     last_written.clear();
-                    last_written.extend(written().map(|(name, _)| name.to_string()));
+                    last_written.extend(written().map(|(name, _, _)| name.to_string()));
                 }
-                for ((name, block), &c) in step.blocks.into_iter().zip(&changed) {
-                    if c {
+                for ((name, block), s) in step.blocks.into_iter().zip(&compared) {
+                    if changed(s) {
                         match current.get_mut(&name) {
                             Some(slot) => *slot = block,
                             None => {
