@@ -53,7 +53,8 @@ pub struct WriterOptions {
     /// cache while the commit thread copies what the caller's thread just
     /// encoded; at 16 MiB they did not, and the same write took 1.22x as
     /// long (median of 10 interleaved runs, `docs/benchmark.md`). Much
-    /// smaller batches pay a commit per few records (256 KiB: 1.25x as long).
+    /// smaller batches pay a commit every few records: 256 KiB took 1.25x
+    /// as long as 16 MiB.
     pub batch_bytes: usize,
     /// LMDB's page size for the new file: a power of two from 4 KiB to
     /// 32 KiB (LMDB's largest). Every LMDB reader takes a file's page size
