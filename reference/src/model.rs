@@ -267,9 +267,10 @@ impl Block {
         other: &Block,
         mut same: impl FnMut(&Column, &Column) -> bool,
     ) -> bool {
-        // The writer asks this twice per presented block: empty maps and
-        // short names are compared inline rather than through the maps'
-        // `==` and `memcmp` (together half of the comparison's cost).
+        // Asked of every presented block, by validation and by the
+        // writer: empty maps and short names are compared inline rather
+        // than through the maps' `==` and `memcmp` (together half of the
+        // comparison's cost).
         self.count == other.count
             && self.structural_shape == other.structural_shape
             && ((self.targets.is_empty() && other.targets.is_empty())

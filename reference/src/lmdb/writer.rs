@@ -49,10 +49,11 @@ pub struct WriterOptions {
     pub overwrite: bool,
     /// Bytes of encoded values buffered before a transaction commits them
     /// (4 MiB by default). Memory holds two batches and LMDB one
-    /// transaction's dirty pages: at 4 MiB all three stay in a 32 MiB L3
-    /// cache while the commit thread copies what the caller's thread just
-    /// encoded; at 16 MiB they did not, and the same write took 1.22x as
-    /// long (median of 10 interleaved runs, `docs/benchmark.md`). Much
+    /// transaction's dirty pages; at 4 MiB the three fit in the project
+    /// machine's 32 MiB L3 cache while the commit thread copies what the
+    /// caller's thread just encoded, at 16 MiB they do not, and the same
+    /// write took 1.22x as long (median of 10 interleaved runs,
+    /// `docs/benchmark.md`). Much
     /// smaller batches pay a commit every few records: 256 KiB took 1.25x
     /// as long as 16 MiB.
     pub batch_bytes: usize,
@@ -421,7 +422,7 @@ fn start_writeback(file: &File) {
 
 /// Drops this process's mappings of the file's pages (Linux
 /// `madvise(MADV_DONTNEED)` over LMDB's map of `file`, found in
-/// `/proc/self/maps` by the file's inode), after each commit. Each
+/// `/proc/self/maps` by the file's device and inode), after each commit. Each
 /// transaction reads the path to the last leaf page through the map (those
 /// pages were written by the previous commit), and they then stayed
 /// mapped: the writer's resident memory grew with the number of commits,
@@ -439,13 +440,16 @@ fn release_mapped_pages(file: &File) {
         else {
             return;
         };
-        for (start, end) in file_mappings(&maps, meta.ino()) {
+        let device = (libc::major(meta.dev()), libc::minor(meta.dev()));
+        for (start, end) in file_mappings(&maps, device, meta.ino()) {
             // SAFETY: the range is a shared, read-only mapping of the
-            // collection file, which only LMDB makes (the map). No
-            // transaction is open (only the commit thread opens them, and it
-            // has just committed), so LMDB holds no pointer into it but its
-            // meta pointers, which read the file's current content again
-            // when next used: nothing is lost by unmapping its pages.
+            // collection file: the writer's LMDB map (or a reader's of the
+            // same file in this process). On a shared file mapping,
+            // MADV_DONTNEED only drops this process's page-table entries:
+            // the next access maps the page cache's page again, with the
+            // same bytes, so every pointer into the range stays valid and
+            // reads what it read before. No transaction of the writer is
+            // open (only this thread opens them, and it has just committed).
             unsafe {
                 libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
             }
@@ -456,17 +460,26 @@ fn release_mapped_pages(file: &File) {
 }
 
 /// The address ranges of `/proc/self/maps` lines (`start-end perms offset
-/// dev inode path`) that map inode `ino` shared and read-only (`r--s`).
+/// major:minor inode path`, numbers of the range and device in hex) that
+/// map inode `ino` of `device` shared and read-only (`r--s`).
 #[cfg(target_os = "linux")]
-fn file_mappings(maps: &str, ino: u64) -> impl Iterator<Item = (usize, usize)> + '_ {
+fn file_mappings(
+    maps: &str,
+    device: (u32, u32),
+    ino: u64,
+) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let hex = |s: &str| usize::from_str_radix(s, 16).ok();
     maps.lines().filter_map(move |line| {
         let mut fields = line.split_ascii_whitespace();
         let (range, perms) = (fields.next()?, fields.next()?);
-        let inode: u64 = fields.nth(2)?.parse().ok()?;
+        // The offset, then the device.
+        let dev = fields.nth(1)?;
+        let inode: u64 = fields.next()?.parse().ok()?;
+        let (major, minor) = dev.split_once(':')?;
+        let on_device = (hex(major)?, hex(minor)?) == (device.0 as usize, device.1 as usize);
         let (start, end) = range.split_once('-')?;
-        let start = usize::from_str_radix(start, 16).ok()?;
-        let end = usize::from_str_radix(end, 16).ok()?;
-        (inode == ino && perms == "r--s" && end > start).then_some((start, end))
+        let (start, end) = (hex(start)?, hex(end)?);
+        (on_device && inode == ino && perms == "r--s" && end > start).then_some((start, end))
     })
 }
 
@@ -777,6 +790,7 @@ impl Writer {
             true,
             &mut self.sink.batch.data,
         );
+        // Freed before the batch may be committed, which lowers the peak.
         drop(block);
         self.sink.closed(INDEX_KEY)?;
         self.sink.drain(self.record_spill, record_key)?;
@@ -943,8 +957,9 @@ mod tests {
     }
 
     /// Only LMDB's map of the collection file is unmapped after a commit:
-    /// a shared, read-only mapping of its inode; not the lock file, a
-    /// private or writable mapping of the same inode, or other lines.
+    /// a shared, read-only mapping of its device and inode; not the lock
+    /// file, a private or writable mapping of the same file, the same inode
+    /// number on another device, or other lines.
     #[cfg(target_os = "linux")]
     #[test]
     fn only_the_shared_read_only_mapping_of_the_file_is_released() {
@@ -956,11 +971,14 @@ mod tests {
 7fbd00448000-7fbd0044a000 rw-s 00000000 fe:00 5310140                    /data/c.mrec.lmdb-lock
 7f0000000000-7f0000001000 rw-p 00000000 00:00 0
 7f0000002000-7f0000001000 r--s 00000000 fe:00 5310418                    /data/backwards
+7f0000004000-7f0000005000 r--s 00000000 103:0a 5310418                   /other/disk.mrec.lmdb
 not a maps line
 ";
-        let found: Vec<_> = file_mappings(maps, 5310418).collect();
+        let found: Vec<_> = file_mappings(maps, (0xfe, 0), 5310418).collect();
         assert_eq!(found, vec![(0x7f3d_b400_0000, 0x7f3e_3400_0000)]);
-        assert_eq!(file_mappings(maps, 7).count(), 0);
-        assert_eq!(file_mappings("", 5310418).count(), 0);
+        let other: Vec<_> = file_mappings(maps, (0x103, 0x0a), 5310418).collect();
+        assert_eq!(other, vec![(0x7f00_0000_4000, 0x7f00_0000_5000)]);
+        assert_eq!(file_mappings(maps, (0xfe, 0), 7).count(), 0);
+        assert_eq!(file_mappings("", (0xfe, 0), 5310418).count(), 0);
     }
 }
