@@ -130,7 +130,7 @@ fn main() -> ExitCode {
                 dir,
                 keep,
                 progress: !quiet,
-                allocator: "mimalloc".into(),
+                allocator: "mimalloc (no transparent huge pages)".into(),
             },
             json.as_deref(),
         ),
