@@ -234,18 +234,23 @@ impl Block {
     }
 
     /// Whether two updates of a block are written with the same `blocks`
-    /// text (precisions aside): the same count, structural shape, targets
-    /// and attributes, and the same columns with the same dtypes, shapes,
+    /// text (precisions aside), and `also` holds for every pair of their
+    /// columns, in one walk: the same count, structural shape, targets and
+    /// attributes, and the same columns with the same dtypes, shapes,
     /// lengths and written masks (a mask is written unless every row is
     /// valid). String columns, whose values are in the text, never compare
-    /// the same.
-    pub(crate) fn same_layout(&self, other: &Block) -> bool {
-        self.same_with_columns(other, Column::same_layout)
+    /// the same. Validation asks this of every presented block.
+    pub(crate) fn same_layout_where(
+        &self,
+        other: &Block,
+        also: impl Fn(&Column, &Column) -> bool,
+    ) -> bool {
+        self.same_with_columns(other, |a, b| a.same_layout(b) && also(a, b))
     }
 
-    /// [`Block::same_bits`] and [`Block::same_layout`] in one walk over the
-    /// columns: the writer asks both of every block it is presented,
-    /// against what carries forward.
+    /// [`Block::same_bits`] and the layout of [`Block::same_layout_where`]
+    /// in one walk over the columns: the writer asks both of every block it
+    /// is presented, against what carries forward.
     pub(crate) fn compare(&self, other: &Block) -> Sameness {
         let (mut bits, mut layout) = (true, true);
         // The walk stops at the first pair for which neither holds.
@@ -482,8 +487,8 @@ mod tests {
         }
     }
 
-    /// `compare` answers in one walk what `same_bits` and `same_layout`
-    /// answer in two, for blocks that differ in each way a presented block
+    /// `compare` answers in one walk what `same_bits` and
+    /// `same_layout_where` answer in two, for blocks that differ in each way a presented block
     /// can differ from what carries forward.
     #[test]
     fn compare_is_same_bits_and_same_layout_at_once() {
@@ -546,7 +551,7 @@ mod tests {
         for (i, (a, b)) in pairs.enumerate() {
             let want = Sameness {
                 bits: a.same_bits(b),
-                layout: a.same_layout(b),
+                layout: a.same_layout_where(b, |_, _| true),
             };
             assert_eq!(a.compare(b), want, "pair {i}: {b:?}");
             *seen.entry((want.bits, want.layout)).or_insert(0) += 1;

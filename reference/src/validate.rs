@@ -984,12 +984,9 @@ fn prepare_step(
 /// columns' names, dtypes, shapes, lengths, masks and precisions (here: no
 /// mask and no precision, both of which need the full checks).
 fn same_update_layout(prev: &Block, cur: &Block) -> bool {
-    prev.same_layout(cur)
-        && prev.columns.values().all(|c| c.validity.is_none())
-        && cur
-            .columns
-            .values()
-            .all(|c| c.validity.is_none() && c.precision.is_none())
+    prev.same_layout_where(cur, |p, c| {
+        p.validity.is_none() && c.validity.is_none() && c.precision.is_none()
+    })
 }
 
 /// What `prepare_update` does to a block's values: rounding to the
