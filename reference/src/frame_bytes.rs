@@ -232,7 +232,7 @@ where
     for (_, block) in blocks {
         for column in block.columns.values() {
             write_buffer(&column.data, out, start);
-            if let Some(mask) = written_mask(column) {
+            if let Some(mask) = column.written_mask() {
                 put(out, start, mask, |b| [b as u8]);
             }
         }
@@ -249,11 +249,6 @@ fn pad8(out: &mut Vec<u8>, start: usize) {
 /// Bytes of a numeric buffer (0 for strings: no buffer).
 fn buffer_len(data: &ColumnData) -> u64 {
     (data.len() as u64).saturating_mul(data.dtype().item_size().unwrap_or(0) as u64)
-}
-
-/// The mask the encoder writes: none when absent or all true.
-fn written_mask(column: &Column) -> Option<&[bool]> {
-    column.validity.as_deref().filter(|m| !m.iter().all(|&b| b))
 }
 
 /// Item types whose memory is exactly their bytes: no padding, every byte
@@ -387,7 +382,7 @@ fn write_blocks<'a>(
                     json_u64(out, alloc(buffer_len(data)));
                 }
             }
-            if let Some(mask) = written_mask(column) {
+            if let Some(mask) = column.written_mask() {
                 out.extend_from_slice(b",\"validity\":");
                 json_u64(out, alloc(mask.len() as u64));
             }
@@ -626,7 +621,7 @@ pub fn encode_reference(
     for block in blocks.values() {
         for column in block.columns.values() {
             write_buffer(&column.data, out, 0);
-            if let Some(mask) = written_mask(column) {
+            if let Some(mask) = column.written_mask() {
                 put(out, 0, mask, |b| [b as u8]);
             }
         }
@@ -730,7 +725,7 @@ impl Serialize for ColumnSer<'_, '_> {
             ColumnData::String(values) => m.serialize_entry("values", values)?,
             data => m.serialize_entry("offset", &h.alloc(buffer_len(data)))?,
         }
-        if let Some(mask) = written_mask(column) {
+        if let Some(mask) = column.written_mask() {
             m.serialize_entry("validity", &h.alloc(mask.len() as u64))?;
         }
         if let (true, Some(p)) = (h.with_precision, column.precision) {

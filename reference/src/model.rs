@@ -179,15 +179,17 @@ impl Column {
         }
     }
 
+    /// The mask as it is written: none when absent or every row is valid.
+    #[inline]
+    pub(crate) fn written_mask(&self) -> Option<&[bool]> {
+        self.validity.as_deref().filter(|m| !m.iter().all(|&b| b))
+    }
+
     /// Bit-for-bit equality of content (dtype, shape, values, mask, precision).
     pub fn same_bits(&self, other: &Column) -> bool {
-        // Borrowed, not cloned: the writer compares every presented block.
-        fn mask(c: &Column) -> Option<&[bool]> {
-            c.validity.as_deref().filter(|m| !m.iter().all(|&b| b))
-        }
         same_short(&self.shape, &other.shape)
             && self.data.same_bits(&other.data)
-            && mask(self) == mask(other)
+            && self.written_mask() == other.written_mask()
             && self.precision.map(f64::to_bits) == other.precision.map(f64::to_bits)
     }
 
@@ -197,18 +199,12 @@ impl Column {
     /// are in the header.
     #[inline(always)]
     fn same_layout(&self, other: &Column) -> bool {
-        let mask = |c: &Column| {
-            c.validity
-                .as_ref()
-                .filter(|m| !m.iter().all(|&v| v))
-                .map(Vec::len)
-        };
         let dtype = self.dtype();
         dtype == other.dtype()
             && dtype != DType::String
             && same_short(&self.shape, &other.shape)
             && self.data.len() == other.data.len()
-            && mask(self) == mask(other)
+            && self.written_mask().map(<[bool]>::len) == other.written_mask().map(<[bool]>::len)
     }
 }
 
@@ -488,8 +484,8 @@ mod tests {
     }
 
     /// `compare` answers in one walk what `same_bits` and
-    /// `same_layout_where` answer in two, for blocks that differ in each way a presented block
-    /// can differ from what carries forward.
+    /// `same_layout_where` answer in two, for blocks that differ in each
+    /// way a presented block can differ from what carries forward.
     #[test]
     fn compare_is_same_bits_and_same_layout_at_once() {
         let f64s = |v: [f64; 2]| Column::new(vec![2], ColumnData::F64(v.to_vec()));

@@ -920,8 +920,9 @@ pub(crate) fn is_endpoint(column: &str) -> bool {
     column.len() == ENDPOINT_LEN && ENDPOINT_COLUMNS.contains(&column)
 }
 
-/// The length of every endpoint name, checked when the crate compiles.
-const ENDPOINT_LEN: usize = 5;
+/// The length of every endpoint name (that they share it is checked when
+/// the crate compiles).
+const ENDPOINT_LEN: usize = ENDPOINT_COLUMNS[0].len();
 const _: () = {
     let mut i = 0;
     while i < ENDPOINT_COLUMNS.len() {

@@ -53,9 +53,8 @@ pub struct WriterOptions {
     /// machine's 32 MiB L3 cache while the commit thread copies what the
     /// caller's thread just encoded, at 16 MiB they do not, and the same
     /// write took 1.22x as long (median of 10 interleaved runs,
-    /// `docs/benchmark.md`). Much
-    /// smaller batches pay a commit every few records: 256 KiB took 1.25x
-    /// as long as 16 MiB.
+    /// `docs/benchmark.md`). Much smaller batches pay a commit every few
+    /// records: 256 KiB took 1.25x as long as 16 MiB.
     pub batch_bytes: usize,
     /// LMDB's page size for the new file: a power of two from 4 KiB to
     /// 32 KiB (LMDB's largest). Every LMDB reader takes a file's page size
@@ -422,8 +421,8 @@ fn start_writeback(file: &File) {
 
 /// Drops this process's mappings of the file's pages (Linux
 /// `madvise(MADV_DONTNEED)` over LMDB's map of `file`, found in
-/// `/proc/self/maps` by the file's device and inode), after each commit. Each
-/// transaction reads the path to the last leaf page through the map (those
+/// `/proc/self/maps` by the file's device and inode), after each commit.
+/// Each transaction reads the path to the last leaf page through the map (those
 /// pages were written by the previous commit), and they then stayed
 /// mapped: the writer's resident memory grew with the number of commits,
 /// from 10 MiB of file pages at 8,400 records to 26 MiB at 33,600 (4 MiB
