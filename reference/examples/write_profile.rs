@@ -71,26 +71,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let appended = clock.secs;
     clock.time(|| writer.finish(BTreeMap::new()))?;
     let Clock { secs, cpu, faults } = clock;
-    let peak = status_kib("VmHWM");
+    let peak = molrec::bench::peak_resident_bytes();
     let size = std::fs::metadata(&path)?.len();
     println!(
         "{n} records, {frames} frames: append {appended:.3} s, total {secs:.3} s \
          (cpu {cpu:.3} s, {faults} page faults), {:.0} frames/s, file {size} bytes, \
          peak resident {:.1} MiB",
         frames as f64 / secs,
-        peak as f64 / 1024.0
+        peak as f64 / f64::from(1 << 20)
     );
     Ok(())
-}
-
-/// A `kB` figure of /proc/self/status (0 if it cannot be read).
-fn status_kib(key: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix(key)?.strip_prefix(':'))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
 }
 
 /// Wall and CPU seconds and minor page faults of the timed calls only.
@@ -102,29 +92,23 @@ struct Clock {
 }
 
 impl Clock {
+    /// Runs `f`, adding its wall seconds, CPU seconds and page faults. The
+    /// usage is read outside the wall interval: two system calls per
+    /// record would otherwise be timed as the writer's.
     fn time<T>(&mut self, f: impl FnOnce() -> T) -> T {
-        let (t, cpu, faults) = (Instant::now(), cpu_secs(), minor_faults());
+        let (cpu, faults) = usage();
+        let t = Instant::now();
         let result = f();
         self.secs += t.elapsed().as_secs_f64();
-        self.cpu += cpu_secs() - cpu;
-        self.faults += minor_faults() - faults;
+        let (cpu_after, faults_after) = usage();
+        self.cpu += cpu_after - cpu;
+        self.faults += faults_after - faults;
         result
     }
 }
 
-/// Minor page faults of this process so far.
-fn minor_faults() -> i64 {
-    // SAFETY: getrusage writes one `rusage` into the zeroed value we own.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    usage.ru_minflt
-}
-
-/// CPU seconds (user + system) of this process so far.
-fn cpu_secs() -> f64 {
+/// CPU seconds (user + system) and minor page faults of this process so far.
+fn usage() -> (f64, i64) {
     // SAFETY: getrusage writes one `rusage` into the zeroed value we own.
     let usage = unsafe {
         let mut usage: libc::rusage = std::mem::zeroed();
@@ -132,5 +116,5 @@ fn cpu_secs() -> f64 {
         usage
     };
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-    secs(usage.ru_utime) + secs(usage.ru_stime)
+    (secs(usage.ru_utime) + secs(usage.ru_stime), usage.ru_minflt)
 }

@@ -1166,6 +1166,12 @@ struct Mem {
     file: u64,
 }
 
+/// The peak resident memory of this process so far (`VmHWM`, bytes), as
+/// the write's figure reads it (public for profiling drivers).
+pub fn peak_resident_bytes() -> u64 {
+    mem().hwm
+}
+
 fn mem() -> Mem {
     let text = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let mut m = Mem::default();
