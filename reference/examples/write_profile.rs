@@ -15,7 +15,7 @@
 
 /// The allocator `mrec` runs with, so the profile is of what `mrec bench` measures.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: molrec::allocator::Mimalloc = molrec::allocator::Mimalloc;
 
 use molrec::bench::{workload_header, workload_record};
 use molrec::lmdb::{Writer, WriterOptions};

@@ -4,6 +4,7 @@
 
 #![warn(missing_docs)]
 
+pub mod allocator;
 pub mod arrays;
 pub mod bench;
 pub mod clause;

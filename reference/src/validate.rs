@@ -426,19 +426,21 @@ fn check_row_references(
                 );
             };
             let width = values.len() / block.count.max(1) as usize;
-            for (i, v) in values.iter().enumerate() {
-                let row = i.checked_div(width).unwrap_or(0);
-                let valid = column
-                    .validity
-                    .as_ref()
-                    .is_none_or(|m| m.get(row).copied().unwrap_or(true));
-                if valid && *v >= rows {
-                    refuse!(
-                        RowReferenceRange,
-                        format!("{}.values[{i}]", cat()),
-                        "row {v} out of range: `{target}` has {rows} rows"
-                    );
-                }
+            let out_of_range = match &column.validity {
+                // The common case, one scan without a row division per value.
+                None => values.iter().position(|&v| v >= rows),
+                Some(mask) => values.iter().enumerate().position(|(i, &v)| {
+                    let row = i.checked_div(width).unwrap_or(0);
+                    v >= rows && mask.get(row).copied().unwrap_or(true)
+                }),
+            };
+            if let Some(i) = out_of_range {
+                refuse!(
+                    RowReferenceRange,
+                    format!("{}.values[{i}]", cat()),
+                    "row {} out of range: `{target}` has {rows} rows",
+                    values[i]
+                );
             }
         }
     }

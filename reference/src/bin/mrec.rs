@@ -14,7 +14,7 @@ use std::process::ExitCode;
 /// glibc's malloc spends about a sixth of the read (docs/benchmark.md).
 /// The library leaves the choice to the program that links it.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: molrec::allocator::Mimalloc = molrec::allocator::Mimalloc;
 
 const EXIT_HELP: &str = "Exit codes:
   0  success (for `validate`: the file conforms)
