@@ -297,16 +297,82 @@ pub fn prepare_block(block: &mut Block, at: &str) -> Result<()> {
 }
 
 fn check_structural_shape(block: &Block, at: &str) -> Result<()> {
-    if let Some(shape) = &block.structural_shape {
+    check_shape_product(block.structural_shape.as_deref(), block.count, at)
+}
+
+/// A block's own `structural_shape`, if it has one, multiplies to its count.
+pub(crate) fn check_shape_product(shape: Option<&[u64]>, count: u64, at: &str) -> Result<()> {
+    if let Some(shape) = shape {
         let product = shape.iter().try_fold(1u64, |a, &b| a.checked_mul(b));
-        if product != Some(block.count) {
+        if product != Some(count) {
             refuse!(
                 StructuralShapeProduct,
                 at,
-                "structural_shape {shape:?} does not multiply to count {}",
-                block.count
+                "structural_shape {shape:?} does not multiply to count {count}"
             );
         }
+    }
+    Ok(())
+}
+
+/// The declaration of trajectory block `name`, whose update has `count`
+/// rows: refused if `sequence_schema` does not declare it, or declares a
+/// `structural_shape` that fixes another count (an update that empties
+/// the block has 0). Paths relative to the block. The writer's
+/// `prepare_update` and the reader's resolver share it, so that they
+/// refuse alike.
+pub(crate) fn trajectory_block_decl<'s>(
+    schema: &'s SequenceSchema,
+    name: &str,
+    count: u64,
+) -> Result<&'s BlockDecl> {
+    let Some(decl) = schema.blocks.get(name) else {
+        refuse!(
+            RecordOutsideDeclaration,
+            "",
+            "block `{name}` is not declared in sequence_schema"
+        );
+    };
+    if let Some(shape) = &decl.structural_shape {
+        let product = shape.iter().try_fold(1u64, |a, &b| a.checked_mul(b));
+        if count != 0 && product != Some(count) {
+            refuse!(
+                StructuralShapeFixed,
+                "",
+                "count {count} differs from the declared structural_shape {shape:?}"
+            );
+        }
+    }
+    Ok(decl)
+}
+
+/// A trajectory block of `count` rows with these columns, against the
+/// system's block of the same name, if there is one: the same row count,
+/// and no column in both. Paths relative to the trajectory block; shared
+/// as [`trajectory_block_decl`] is.
+pub(crate) fn check_against_system_block<'c>(
+    name: &str,
+    count: u64,
+    mut columns: impl Iterator<Item = &'c str>,
+    system_blocks: &BTreeMap<String, Block>,
+) -> Result<()> {
+    let Some(sys) = system_blocks.get(name) else {
+        return Ok(());
+    };
+    if count != sys.count {
+        refuse!(
+            SystemTrajectoryRowCount,
+            "",
+            "{count} rows; the system block `{name}` has {}",
+            sys.count
+        );
+    }
+    if let Some(col) = columns.find(|c| sys.columns.contains_key(*c)) {
+        refuse!(
+            SystemTrajectoryColumnDisjoint,
+            format!("columns.{col}"),
+            "column `{col}` is in both the system and the trajectory block"
+        );
     }
     Ok(())
 }
@@ -1017,30 +1083,13 @@ fn prepare_update(
     system_blocks: &BTreeMap<String, Block>,
     schema: &SequenceSchema,
 ) -> Result<()> {
-    let Some(decl) = schema.blocks.get(name) else {
-        refuse!(
-            RecordOutsideDeclaration,
-            "",
-            "block `{name}` is not declared in sequence_schema"
-        );
-    };
+    let decl = trajectory_block_decl(schema, name, block.count)?;
     if name == "box" {
         refuse!(
             FrameReservedBlockName,
             "",
             "block name `box` is reserved in a frame"
         );
-    }
-    if let Some(shape) = &decl.structural_shape {
-        let product = shape.iter().try_fold(1u64, |a, &b| a.checked_mul(b));
-        if block.count != 0 && product != Some(block.count) {
-            refuse!(
-                StructuralShapeFixed,
-                "",
-                "count {} differs from the declared structural_shape {shape:?}",
-                block.count
-            );
-        }
     }
     check_structural_shape(block, "")?;
     match column_sets.get(name) {
@@ -1065,25 +1114,12 @@ fn prepare_update(
         prepare_trajectory_column(name, col, column, count, decl)
             .map_err(|e| e.within(&format!("columns.{col}")))?;
     }
-    if let Some(sys) = system_blocks.get(name) {
-        if block.count != sys.count {
-            refuse!(
-                SystemTrajectoryRowCount,
-                "",
-                "{} rows; the system block `{name}` has {}",
-                block.count,
-                sys.count
-            );
-        }
-        if let Some(col) = block.columns.keys().find(|c| sys.columns.contains_key(*c)) {
-            refuse!(
-                SystemTrajectoryColumnDisjoint,
-                format!("columns.{col}"),
-                "column `{col}` is in both the system and the trajectory block"
-            );
-        }
-    }
-    Ok(())
+    check_against_system_block(
+        name,
+        block.count,
+        block.columns.keys().map(String::as_str),
+        system_blocks,
+    )
 }
 
 fn prepare_trajectory_column(

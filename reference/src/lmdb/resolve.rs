@@ -34,6 +34,7 @@ use crate::frame_bytes::{decode, extend_buffer, BlockRef, ColumnBytes};
 use crate::model::*;
 use crate::precision::round_column;
 use crate::typed_json::MetaTag;
+use crate::validate;
 use crate::validate::is_endpoint;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::BuildHasher;
@@ -432,35 +433,8 @@ impl<'s> Resolver<'s> {
     /// while no array is built (the arrays hold it otherwise).
     fn block_rules(&mut self, block: &LayoutBlock, payload: &[u8]) -> Result<()> {
         let name = block.name.as_str();
-        let Some(decl) = self.schema.blocks.get(name) else {
-            refuse!(
-                RecordOutsideDeclaration,
-                "",
-                "block `{name}` is not declared in sequence_schema"
-            );
-        };
-        if let Some(shape) = &decl.structural_shape {
-            let product = shape.iter().try_fold(1u64, |a, &b| a.checked_mul(b));
-            if block.count != 0 && product != Some(block.count) {
-                refuse!(
-                    StructuralShapeFixed,
-                    "",
-                    "count {} differs from the declared structural_shape {shape:?}",
-                    block.count
-                );
-            }
-        }
-        if let Some(shape) = &block.head.structural_shape {
-            let product = shape.iter().try_fold(1u64, |a, &b| a.checked_mul(b));
-            if product != Some(block.count) {
-                refuse!(
-                    StructuralShapeProduct,
-                    "",
-                    "structural_shape {shape:?} does not multiply to count {}",
-                    block.count
-                );
-            }
-        }
+        let decl = validate::trajectory_block_decl(self.schema, name, block.count)?;
+        validate::check_shape_product(block.head.structural_shape.as_deref(), block.count, "")?;
         let names = || block.columns.iter().map(|c| c.name.as_str());
         match self.blocks.iter().find(|b| b.name == name) {
             Some(state) if !names().eq(state.column_names()) => {
@@ -509,25 +483,7 @@ impl<'s> Resolver<'s> {
                 ));
             }
         }
-        if let Some(sys) = self.system.get(name) {
-            if block.count != sys.count {
-                refuse!(
-                    SystemTrajectoryRowCount,
-                    "",
-                    "{} rows; the system block `{name}` has {}",
-                    block.count,
-                    sys.count
-                );
-            }
-            if let Some(col) = names().find(|c| sys.columns.contains_key(*c)) {
-                refuse!(
-                    SystemTrajectoryColumnDisjoint,
-                    format!("columns.{col}"),
-                    "column `{col}` is in both the system and the trajectory block"
-                );
-            }
-        }
-        Ok(())
+        validate::check_against_system_block(name, block.count, names(), self.system)
     }
 
     /// Appends an update of the blocks `layout` describes, their values
