@@ -34,8 +34,7 @@ use crate::frame_bytes::{decode, extend_buffer, BlockRef, ColumnBytes};
 use crate::model::*;
 use crate::precision::round_column;
 use crate::typed_json::MetaTag;
-use crate::validate;
-use crate::validate::is_endpoint;
+use crate::validate::{self, is_endpoint};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::BuildHasher;
 use std::rc::Rc;
@@ -190,10 +189,10 @@ impl Layout {
 #[derive(Debug, Default)]
 pub(super) struct LayoutCache {
     /// By text, then by payload length. foldhash, not the standard
-    /// library's SipHash: the texts are a few hundred bytes, hashed once per
-    /// record, and SipHash took a quarter of a record's first update (1,150
-    /// instructions of a 330-byte text). The texts come from the file, so a
-    /// hostile one could make them collide; `CAPACITY` bounds what that costs.
+    /// library's SipHash: a text of a few hundred bytes is hashed once per
+    /// record, and SipHash took about 1,150 instructions for 330 bytes,
+    /// foldhash about 200. The texts come from the file, so a hostile one
+    /// could make them collide; `CAPACITY` bounds what that costs.
     layouts: HashMap<Box<[u8]>, Vec<SizedLayout>, TextHasher>,
     kept: usize,
     /// The hashes of the (payload length, text) pairs met once.
