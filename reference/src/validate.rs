@@ -153,11 +153,7 @@ pub fn check_schema(schema: &SequenceSchema, at: &str) -> Result<()> {
             }
         }
         if let Some(shape) = &decl.structural_shape {
-            if shape
-                .iter()
-                .try_fold(1u64, |a, &b| a.checked_mul(b))
-                .is_none()
-            {
+            if shape_product(shape).is_none() {
                 refuse!(
                     StructuralShapeProduct,
                     bat(),
@@ -253,7 +249,7 @@ pub fn prepare_column(
             col.shape
         );
     }
-    let product = col.shape.iter().try_fold(1u64, |a, &b| a.checked_mul(b));
+    let product = shape_product(&col.shape);
     if product != Some(col.data.len() as u64) {
         refuse!(
             ColumnValues,
@@ -286,7 +282,7 @@ pub fn prepare_column(
 
 /// Checks a block of a system, the index or a force field and rounds its columns.
 pub fn prepare_block(block: &mut Block, at: &str) -> Result<()> {
-    check_structural_shape(block, at)?;
+    check_shape_product(block.structural_shape.as_deref(), block.count, at)?;
     let count = block.count;
     for (name, col) in &mut block.columns {
         // prepare_column refuses at exactly the path it is given.
@@ -296,14 +292,15 @@ pub fn prepare_block(block: &mut Block, at: &str) -> Result<()> {
     Ok(())
 }
 
-fn check_structural_shape(block: &Block, at: &str) -> Result<()> {
-    check_shape_product(block.structural_shape.as_deref(), block.count, at)
+/// The product of a shape's axes; `None` if it overflows.
+fn shape_product(shape: &[u64]) -> Option<u64> {
+    shape.iter().try_fold(1u64, |a, &b| a.checked_mul(b))
 }
 
 /// A block's own `structural_shape`, if it has one, multiplies to its count.
 pub(crate) fn check_shape_product(shape: Option<&[u64]>, count: u64, at: &str) -> Result<()> {
     if let Some(shape) = shape {
-        let product = shape.iter().try_fold(1u64, |a, &b| a.checked_mul(b));
+        let product = shape_product(shape);
         if product != Some(count) {
             refuse!(
                 StructuralShapeProduct,
@@ -334,7 +331,7 @@ pub(crate) fn trajectory_block_decl<'s>(
         );
     };
     if let Some(shape) = &decl.structural_shape {
-        let product = shape.iter().try_fold(1u64, |a, &b| a.checked_mul(b));
+        let product = shape_product(shape);
         if count != 0 && product != Some(count) {
             refuse!(
                 StructuralShapeFixed,
@@ -1091,7 +1088,7 @@ fn prepare_update(
             "block name `box` is reserved in a frame"
         );
     }
-    check_structural_shape(block, "")?;
+    check_shape_product(block.structural_shape.as_deref(), block.count, "")?;
     match column_sets.get(name) {
         Some(first)
             if first.len() != block.columns.len()
