@@ -314,6 +314,128 @@ fn reader_refuses_bad_meta() {
     }
 }
 
+/// Keys outside the scheme (DIGEST §1: a junk key, `r`/`s` past
+/// `n_records`, `f` past `n_frames`) break `lmdb.keys.scheme`, and a frame
+/// value padded with bytes that are not zero breaks `mrf1.padding`. Reads
+/// never address those bytes and read the file as before;
+/// `Reader::violations` and `mrec validate` find them, count them and name
+/// the first ones in key order.
+#[test]
+fn stray_keys_and_dirty_padding_are_found_by_violations_and_mrec_validate() {
+    let path = scratch_file("lmdb-test", "stray-keys");
+    write_json(&path, &water_collection(2), WriterOptions::default()).unwrap();
+    let validate = |path: &Path| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mrec"))
+            .arg("validate")
+            .arg(path)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert!(Reader::open(&path).unwrap().violations().is_empty());
+    assert_eq!(validate(&path).0, Some(0));
+
+    let clean = collection_to_json(&Reader::open(&path).unwrap().read_collection().unwrap());
+    let n_frames = Reader::open(&path).unwrap().n_frames();
+    edit(&path, |_, db, txn| {
+        for key in [
+            frame_key(n_frames).to_vec(),
+            molrec::lmdb::record_key(100).to_vec(),
+            molrec::lmdb::record_key(101).to_vec(),
+            molrec::lmdb::system_key(2).to_vec(),
+            b"zz".to_vec(),
+        ] {
+            db.put(txn, &key, b"not a value of the scheme").unwrap();
+        }
+    });
+    let reader = Reader::open(&path).unwrap();
+    assert_eq!(
+        collection_to_json(&reader.read_collection().unwrap()),
+        clean
+    );
+    let found = reader.violations();
+    assert_eq!(found.len(), 1, "{found:?}");
+    let err = &found[0];
+    assert_eq!(err.clause(), Some(Clause::KeysScheme), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!(
+            "5 key(s) outside the scheme (meta, index, ff, r/s + record number, f + frame \
+             ordinal): f:{n_frames} is not below n_frames = {n_frames}; r:100 is not below \
+             n_records = 2; r:101 is not below n_records = 2; s:2 is not below n_records = 2; ..."
+        )),
+        "{text}"
+    );
+    let (code, stderr) = validate(&path);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("[lmdb.keys.scheme] keys: 5 key(s)"),
+        "{stderr}"
+    );
+
+    // Only the junk key left: named by its text.
+    drop(reader);
+    edit(&path, |_, db, txn| {
+        for key in [
+            frame_key(n_frames),
+            molrec::lmdb::record_key(100),
+            molrec::lmdb::record_key(101),
+            molrec::lmdb::system_key(2),
+        ] {
+            assert!(db.delete(txn, &key).unwrap());
+        }
+    });
+    let found = Reader::open(&path).unwrap().violations();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0]
+            .to_string()
+            .ends_with("ordinal): zz is not a key of the scheme"),
+        "{found:?}"
+    );
+
+    // A frame value whose padding is not zero bytes (`mrf1.padding`): read
+    // as before, reported by the pass over every value.
+    let mut padded = None;
+    edit(&path, |_, db, txn| {
+        assert!(db.delete(txn, b"zz").unwrap());
+        for j in 0..n_frames {
+            let mut value = db.get(txn, &frame_key(j)).unwrap().unwrap().to_vec();
+            let end = 8 + u32::from_le_bytes(value[4..8].try_into().unwrap()) as usize;
+            if !end.is_multiple_of(8) {
+                value[end] = b' ';
+                db.put(txn, &frame_key(j), &value).unwrap();
+                padded = Some((j, end));
+                break;
+            }
+        }
+    });
+    let (j, end) = padded.expect("a frame whose header needs padding");
+    let reader = Reader::open(&path).unwrap();
+    assert_eq!(
+        collection_to_json(&reader.read_collection().unwrap()),
+        clean
+    );
+    let found = reader.violations();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].clause(), Some(Clause::FramePadding));
+    let start = end.next_multiple_of(8);
+    assert!(
+        found[0].to_string().ends_with(&format!(
+            "1 key(s) whose frame value pads its header with bytes that are not zero: \
+             f:{j} bytes {end}..{start}"
+        )),
+        "{found:?}"
+    );
+    drop(reader);
+    let (code, stderr) = validate(&path);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("[mrf1.padding] keys: 1 key(s)"), "{stderr}");
+}
+
 #[test]
 fn reader_refuses_missing_meta_and_missing_frames() {
     let path = scratch_file("lmdb-test", "no-meta");

@@ -24,6 +24,8 @@ pub mod clause {
     pub const MAGIC: &str = "mrf1.magic";
     /// The header (or its padding) runs past the value.
     pub const HEADER_BOUNDS: &str = "mrf1.header-bounds";
+    /// The padding after the header holds a byte that is not zero.
+    pub const PADDING: &str = "mrf1.padding";
     /// The header is not a UTF-8 JSON object of the expected form.
     pub const HEADER_JSON: &str = "mrf1.header-json";
     /// A dtype outside the closed set.
@@ -200,7 +202,7 @@ pub fn check(value: &[u8]) -> (Option<FrameView<'_>>, Vec<FrameProblem>) {
         .any(|&b| b != 0)
     {
         out.push(problem(
-            clause::HEADER_BOUNDS,
+            clause::PADDING,
             format!(
                 "padding bytes {header_end}..{} are not all zero",
                 view.payload_start

@@ -838,7 +838,7 @@ fn padding_must_be_present_and_zero() {
     let mut dirty = value.clone();
     dirty[header_end] = 1;
     let (_, problems) = frame_bytes::check(&dirty);
-    assert_eq!(problems[0].clause, mrf1::HEADER_BOUNDS);
+    assert_eq!(problems[0].clause, mrf1::PADDING);
 }
 
 // ---------------------------------------------------------------------------

@@ -243,8 +243,8 @@ fn info(file: &Path) -> Result<(), Error> {
     Ok(())
 }
 
-/// Reads everything, collecting one violation per failing part (open, index,
-/// force field, each record) rather than stopping at the first.
+/// Opens the file, then reports `Reader::violations`: every failing part,
+/// not only the first.
 fn validate(file: &Path) -> ExitCode {
     let reader = match Reader::open(file) {
         Ok(r) => r,
@@ -253,23 +253,7 @@ fn validate(file: &Path) -> ExitCode {
             return exit_code(&e);
         }
     };
-    let mut violations = Vec::new();
-    if let Err(e) = reader.index_columns() {
-        violations.push(e);
-    }
-    if let Err(e) = reader.forcefield() {
-        violations.push(e);
-    }
-    match reader.txn() {
-        Ok(txn) => {
-            for r in 0..reader.n_records() {
-                if let Err(e) = txn.record(r) {
-                    violations.push(e);
-                }
-            }
-        }
-        Err(e) => violations.push(e),
-    }
+    let violations = reader.violations();
     if violations.is_empty() {
         println!(
             "{}: conforms ({} records, {} frames)",

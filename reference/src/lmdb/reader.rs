@@ -12,7 +12,7 @@ use crate::clause::Clause;
 use crate::error::{refuse, Error, Result};
 use crate::frame_bytes::{
     decode, decode_update, decode_update_known, plain_document, BlockRef, BlocksMemo, FrameInfo,
-    FrameRef, Known, Update,
+    FrameRef, Known, Update, MAGIC,
 };
 use crate::model::*;
 use crate::model_json;
@@ -135,6 +135,29 @@ impl Reader {
         self.txn()?.index_columns()
     }
 
+    /// Everything an opened file can break, one refusal per failing part
+    /// rather than the first only: the pass over every key and value
+    /// ([`RecordTxn::check_every_value`]), the index's own columns, the
+    /// force field, then each record in order. Empty: the file conforms
+    /// (`open` has checked `meta` and the index). What `mrec validate` runs.
+    pub fn violations(&self) -> Vec<Error> {
+        let mut found = Vec::new();
+        let txn = match self.txn() {
+            Ok(txn) => txn,
+            Err(e) => return vec![e],
+        };
+        match txn.check_every_value() {
+            Ok(refusals) => found.extend(refusals),
+            Err(e) => found.push(e),
+        }
+        found.extend(txn.index_columns().err());
+        found.extend(txn.forcefield().err());
+        for r in 0..self.n_records() {
+            found.extend(txn.record(r).err());
+        }
+        found
+    }
+
     /// The force field, if the collection has one.
     pub fn forcefield(&self) -> Result<Option<ForceField>> {
         self.txn()?.forcefield()
@@ -193,6 +216,62 @@ impl<'r> RecordTxn<'r> {
                 ),
             )),
         }
+    }
+
+    /// One pass over every key and value, for what the record reads never
+    /// look at (they address keys, so they do not scan for the rest): a
+    /// refusal of [`Clause::KeysScheme`] for keys outside the scheme
+    /// (DIGEST §1: not `meta`, `index`, `ff`, `r` or `s` and a u64
+    /// big-endian below `n_records`, or `f` and one below `n_frames`), and
+    /// one of [`Clause::FramePadding`] for frame values (`index`, `ff`, `s`,
+    /// `f`) whose padding after the header is not zero bytes. Each message
+    /// gives how many there are and the first few keys. What `mrec validate`
+    /// adds to the reads.
+    pub fn check_every_value(&self) -> Result<Vec<Error>> {
+        let (n_records, n_frames) = (self.reader.n_records(), self.reader.n_frames);
+        let mut stray = Tally::default();
+        let mut padding = Tally::default();
+        for item in self.reader.db.iter(&self.txn).map_err(lmdb_error)? {
+            let (key, value) = item.map_err(lmdb_error)?;
+            let frame_bytes = match (key, key.split_first()) {
+                (META_KEY, _) => false,
+                (INDEX_KEY | FF_KEY, _) => true,
+                (_, Some((&prefix, n))) if n.len() == 8 && b"rsf".contains(&prefix) => {
+                    let n = u64::from_be_bytes(n.try_into().unwrap_or([0; 8]));
+                    let (bound, name) = match prefix {
+                        b'f' => (n_frames, "n_frames"),
+                        _ => (n_records, "n_records"),
+                    };
+                    if n >= bound {
+                        stray.add(key, format!("is not below {name} = {bound}"));
+                        continue;
+                    }
+                    prefix != b'r'
+                }
+                _ => {
+                    stray.add(key, "is not a key of the scheme".to_string());
+                    continue;
+                }
+            };
+            if frame_bytes {
+                if let Some(bytes) = nonzero_padding(value) {
+                    padding.add(key, format!("bytes {bytes:?}"));
+                }
+            }
+        }
+        Ok([
+            stray.refusal(
+                Clause::KeysScheme,
+                "outside the scheme (meta, index, ff, r/s + record number, f + frame ordinal)",
+            ),
+            padding.refusal(
+                Clause::FramePadding,
+                "whose frame value pads its header with bytes that are not zero",
+            ),
+        ]
+        .into_iter()
+        .flatten()
+        .collect())
     }
 
     /// The collection's own index columns, as written.
@@ -907,4 +986,73 @@ fn parse_index(value: &[u8], n_records: u64, n_frames: u64) -> Result<ParsedInde
         );
     }
     Ok((first, counts, atoms, flags))
+}
+
+/// A key as a message names it: `r:7`, `s:7`, `f:7` for a numbered key,
+/// the text of a short printable one, else `hex:` and its bytes.
+fn key_label(key: &[u8]) -> String {
+    if let Some((&prefix, n)) = key.split_first() {
+        if let (true, Ok(n)) = (b"rsf".contains(&prefix), <[u8; 8]>::try_from(n)) {
+            return format!("{}:{}", prefix as char, u64::from_be_bytes(n));
+        }
+    }
+    if key.len() <= 32 && key.iter().all(|b| b.is_ascii_graphic()) {
+        return String::from_utf8_lossy(key).into_owned();
+    }
+    let shown = &key[..key.len().min(32)];
+    let hex: String = shown.iter().map(|b| format!("{b:02x}")).collect();
+    let more = if key.len() > shown.len() { "..." } else { "" };
+    format!("hex:{hex}{more} ({} bytes)", key.len())
+}
+
+/// Keys found breaking one rule: how many, and the first few named.
+#[derive(Default)]
+struct Tally {
+    count: u64,
+    named: Vec<String>,
+}
+
+impl Tally {
+    /// Keys named in the message; the count covers the rest.
+    const NAMED: usize = 4;
+
+    fn add(&mut self, key: &[u8], why: String) {
+        self.count += 1;
+        if self.named.len() < Self::NAMED {
+            self.named.push(format!("{} {why}", key_label(key)));
+        }
+    }
+
+    fn refusal(self, clause: Clause, what: &str) -> Option<Error> {
+        (self.count > 0).then(|| {
+            let more = if self.count > self.named.len() as u64 {
+                "; ..."
+            } else {
+                ""
+            };
+            Error::refused(
+                clause,
+                "keys",
+                format!(
+                    "{} key(s) {what}: {}{more}",
+                    self.count,
+                    self.named.join("; ")
+                ),
+            )
+        })
+    }
+}
+
+/// Where a frame value's padding (after the header, up to the next multiple
+/// of 8) holds a byte that is not zero, when it does. A value too short or
+/// without the magic is left to the reads, which refuse it if addressed.
+fn nonzero_padding(value: &[u8]) -> Option<std::ops::Range<usize>> {
+    let length = value.get(4..8).filter(|_| value.starts_with(&MAGIC))?;
+    let header_end = 8usize.checked_add(u32::from_le_bytes(length.try_into().ok()?) as usize)?;
+    let payload_start = header_end.checked_next_multiple_of(8)?;
+    let padding = value.get(header_end..payload_start)?;
+    padding
+        .iter()
+        .any(|&b| b != 0)
+        .then_some(header_end..payload_start)
 }
