@@ -23,13 +23,20 @@ fuzz_target!(|data: &[u8]| {
     let _ = frame.to_blocks();
 
     let mut memo = BlocksMemo::default();
-    let Ok(Update::Full { frame: first, payload }) = decode_update(data, &mut memo) else {
+    let Ok(Update::Full {
+        frame: first,
+        payload,
+    }) = decode_update(data, &mut memo)
+    else {
         panic!("decode accepted what decode_update refuses");
     };
     memo.recycle(first.info.meta.clone());
     let again = match decode_update(data, &mut memo) {
         Ok(Update::Full { frame, .. }) => frame,
-        Ok(Update::SameBlocks { payload: same, info }) => {
+        Ok(Update::SameBlocks {
+            payload: same,
+            info,
+        }) => {
             let mut blocks = first.blocks.clone();
             for block in blocks.values_mut() {
                 block.rebase(payload, same).expect("same payload");

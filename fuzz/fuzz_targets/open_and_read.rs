@@ -1,111 +1,56 @@
-//! Bytes -> a small LMDB file of keys and values -> `Reader::open` ->
-//! `read_collection` (and the view path). The input is split into entries:
-//!
-//! ```text
-//! entry := key_len: u8 | value_len: u16 LE | key | value
-//! ```
-//!
-//! A key of length 0 or one that runs past the input ends the split; one
-//! leading selector byte may replace the first key with a well-known one
-//! (`meta`, `index`, `ff`, `r`/`s`/`f` + u64 BE) so that the fuzzer does not
-//! have to find them. LMDB's own page structure is trusted (see SECURITY.md):
-//! the file is always written by LMDB, only keys and values are fuzzed.
+//! Bytes -> a small LMDB file of keys and values (`molrec_fuzz::entries`)
+//! -> `Reader::open` -> `read_collection`, the view path, and the two
+//! record paths compared: `record` (the column-wise resolver, the rules
+//! checked as it reads) and `record_reference` (the model, then
+//! `prepare_record`) must return the same record or refuse with the same
+//! clause at the same place. LMDB's own page structure is trusted (see
+//! SECURITY.md): the file is always written by LMDB, only keys and values
+//! are fuzzed.
 #![no_main]
 
-use heed::types::Bytes;
-use heed::{Database, EnvFlags, EnvOpenOptions};
 use libfuzzer_sys::fuzz_target;
-use molrec::lmdb::Reader;
-use std::path::PathBuf;
+use molrec::lmdb::{Reader, RecordTxn};
+use molrec::Error;
+use molrec_fuzz::{entries, scratch, write_entries};
 
-fn entries(data: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut rest = data;
-    while rest.len() >= 3 {
-        let klen = rest[0] as usize;
-        let vlen = u16::from_le_bytes([rest[1], rest[2]]) as usize;
-        rest = &rest[3..];
-        if klen == 0 || rest.len() < klen {
-            break;
-        }
-        let (key, tail) = rest.split_at(klen);
-        let vlen = vlen.min(tail.len());
-        let (value, tail) = tail.split_at(vlen);
-        out.push((well_known(key), value.to_vec()));
-        rest = tail;
+fn agree(txn: &RecordTxn<'_>, r: u64) {
+    let place = |e: &Error| match e {
+        Error::Refused { clause, at, .. } => format!("[{}] at {at}", clause.id()),
+        other => format!("{other}"),
+    };
+    match (txn.record(r), txn.record_reference(r)) {
+        // Debug text, not `==`: NaN is not equal to itself.
+        (Ok(a), Ok(b)) => assert_eq!(format!("{a:?}"), format!("{b:?}"), "records[{r}]"),
+        (Err(a), Err(b)) => assert_eq!(place(&a), place(&b), "records[{r}]"),
+        (a, b) => panic!(
+            "records[{r}]: record -> {:?}, record_reference -> {:?}",
+            a.err(),
+            b.err()
+        ),
     }
-    out
-}
-
-/// Keys starting with 0xFF name a well-known key by their second byte.
-fn well_known(key: &[u8]) -> Vec<u8> {
-    if key.len() >= 2 && key[0] == 0xFF {
-        let n = key.get(2).copied().unwrap_or(0) as u64;
-        let numbered = |p: u8| {
-            let mut k = vec![p];
-            k.extend_from_slice(&n.to_be_bytes());
-            k
-        };
-        return match key[1] % 6 {
-            0 => b"meta".to_vec(),
-            1 => b"index".to_vec(),
-            2 => b"ff".to_vec(),
-            3 => numbered(b'r'),
-            4 => numbered(b's'),
-            _ => numbered(b'f'),
-        };
-    }
-    key.to_vec()
-}
-
-fn scratch() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("molrec-fuzz-{}", std::process::id()));
-    let _ = std::fs::create_dir_all(&dir);
-    dir.join("input.mrec.lmdb")
 }
 
 fuzz_target!(|data: &[u8]| {
-    let path = scratch();
-    let lock = path.with_extension("lmdb-lock");
-    let _ = std::fs::remove_file(&path);
-    let _ = std::fs::remove_file(&lock);
-    let written = {
-        let mut options = EnvOpenOptions::new();
-        options.map_size(64 << 20);
-        // SAFETY: valid flags for a new private file.
-        unsafe { options.flags(EnvFlags::NO_SUB_DIR | EnvFlags::NO_SYNC) };
-        // SAFETY: the path is private to this process and opened once at a time.
-        let Ok(env) = (unsafe { options.open(&path) }) else {
-            return;
-        };
-        let result = (|| -> heed::Result<()> {
-            let mut txn = env.write_txn()?;
-            let db: Database<Bytes, Bytes> = env.create_database(&mut txn, None)?;
-            for (k, v) in entries(data) {
-                // LMDB refuses keys longer than 511 bytes: not the reader's concern.
-                let _ = db.put(&mut txn, &k, &v);
-            }
-            txn.commit()
-        })();
-        env.prepare_for_closing().wait();
-        result.is_ok()
-    };
-    if !written {
+    let path = scratch("open_and_read", "input");
+    if !write_entries(&path, &entries(data)) {
         return;
     }
-    if let Ok(reader) = Reader::open(&path) {
-        let _ = reader.read_collection();
-        if let Ok(txn) = reader.txn() {
-            for r in 0..reader.n_records().min(16) {
-                let _ = txn.for_each_frame(r, |view| {
-                    for block in view.blocks.values() {
-                        for column in block.columns.values() {
-                            let _ = column.f64_view();
-                        }
-                    }
-                    Ok(())
-                });
+    let Ok(reader) = Reader::open(&path) else {
+        return;
+    };
+    let _ = reader.read_collection();
+    let Ok(txn) = reader.txn() else {
+        return;
+    };
+    for r in 0..reader.n_records().min(16) {
+        agree(&txn, r);
+        let _ = txn.for_each_frame(r, |view| {
+            for block in view.blocks.values() {
+                for column in block.columns.values() {
+                    let _ = column.f64_view();
+                }
             }
-        }
+            Ok(())
+        });
     }
 });
