@@ -243,19 +243,19 @@ impl<'r> RecordTxn<'r> {
                         _ => (n_records, "n_records"),
                     };
                     if n >= bound {
-                        stray.add(key, format!("is not below {name} = {bound}"));
+                        stray.add(key, || format!("is not below {name} = {bound}"));
                         continue;
                     }
                     prefix != b'r'
                 }
                 _ => {
-                    stray.add(key, "is not a key of the scheme".to_string());
+                    stray.add(key, || "is not a key of the scheme".to_string());
                     continue;
                 }
             };
             if frame_bytes {
                 if let Some(bytes) = nonzero_padding(value) {
-                    padding.add(key, format!("bytes {bytes:?}"));
+                    padding.add(key, || format!("bytes {bytes:?}"));
                 }
             }
         }
@@ -1016,13 +1016,15 @@ impl Tally {
     /// Keys named in the message; the count covers the rest.
     const NAMED: usize = 4;
 
-    fn add(&mut self, key: &[u8], why: String) {
+    /// Counts `key`; `why` is only formatted for the keys named.
+    fn add(&mut self, key: &[u8], why: impl FnOnce() -> String) {
         self.count += 1;
         if self.named.len() < Self::NAMED {
-            self.named.push(format!("{} {why}", key_label(key)));
+            self.named.push(format!("{} {}", key_label(key), why()));
         }
     }
 
+    /// The refusal of `clause` naming what was found, if anything was.
     fn refusal(self, clause: Clause, what: &str) -> Option<Error> {
         (self.count > 0).then(|| {
             let more = if self.count > self.named.len() as u64 {
