@@ -93,10 +93,9 @@ mod tests {
     use super::*;
 
     /// Every size up to 1 KiB and some larger ones at every alignment up to
-    /// 64, allocated,
-    /// grown, shrunk and zeroed: the address fits the alignment each time
-    /// (the plain calls below 16 and at 16 included), and the bytes survive
-    /// a resize.
+    /// 64, allocated, grown, shrunk and zeroed: the address fits the
+    /// alignment each time (the plain calls below 16 and at 16 included),
+    /// and the bytes survive a resize.
     #[test]
     fn blocks_fit_their_layouts() {
         let allocator = Mimalloc;

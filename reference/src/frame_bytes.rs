@@ -883,6 +883,21 @@ fn header_utf8(header: &[u8]) -> Result<&str> {
     })
 }
 
+/// Where the padding after `value`'s header (up to the next multiple of 8)
+/// holds a byte that is not zero, when it does (`mrf1.padding`). [`decode`]
+/// does not look at these bytes; `mrec validate` does
+/// (`RecordTxn::check_every_value`). A value whose prefix or header bounds
+/// `decode` refuses is left to it: `None`.
+pub fn nonzero_padding(value: &[u8]) -> Option<std::ops::Range<usize>> {
+    let (header, payload_start) = header_bytes(value).ok()?;
+    let padding = 8 + header.len()..payload_start;
+    value
+        .get(padding.clone())?
+        .iter()
+        .any(|&b| b != 0)
+        .then_some(padding)
+}
+
 /// Checks the fixed prefix and the header bounds: the header's bytes and
 /// where the payload starts.
 fn header_bytes(value: &[u8]) -> Result<(&[u8], usize)> {

@@ -33,6 +33,16 @@ pub fn numbered_key(prefix: u8, n: u64) -> [u8; 9] {
     key
 }
 
+/// The prefix and number of a numbered key (`r`, `s` or `f` + u64
+/// big-endian), when `key` is one; [`numbered_key`] read back.
+pub fn parse_numbered_key(key: &[u8]) -> Option<(u8, u64)> {
+    let (&prefix, n) = key.split_first()?;
+    let n: [u8; 8] = n.try_into().ok()?;
+    b"rsf"
+        .contains(&prefix)
+        .then_some((prefix, u64::from_be_bytes(n)))
+}
+
 /// Key of record r's meta document.
 pub fn record_key(r: u64) -> [u8; 9] {
     numbered_key(b'r', r)
@@ -144,4 +154,34 @@ pub const MAX_READERS: u32 = 1024;
 pub(crate) fn map_size_for(size: u64) -> usize {
     let mib = 1u64 << 20;
     (size.saturating_add(mib).div_ceil(mib) * mib).max(16 * mib) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Numbered keys read back to their prefix and number; anything else,
+    /// `ff` and the other names included, is not one.
+    #[test]
+    fn numbered_keys_read_back() {
+        for (prefix, n) in [(b'r', 0), (b's', 7), (b'f', u64::MAX)] {
+            assert_eq!(
+                parse_numbered_key(&numbered_key(prefix, n)),
+                Some((prefix, n))
+            );
+        }
+        let mut long = frame_key(1).to_vec();
+        long.push(0);
+        for other in [
+            &b"ff"[..],
+            b"meta",
+            b"index",
+            b"",
+            &long,
+            &numbered_key(b'x', 1),
+        ] {
+            assert_eq!(parse_numbered_key(other), None, "{other:?}");
+        }
+        assert_eq!(parse_numbered_key(&frame_key(1)[..8]), None);
+    }
 }

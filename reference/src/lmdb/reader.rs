@@ -4,15 +4,15 @@
 
 use super::resolve::{Layout, LayoutCache, Resolver};
 use super::{
-    frame_key, lmdb_error, open_read_env, record_key, system_key, Db, FF_KEY, INDEX_KEY, LAYOUT,
-    LAYOUT_VERSION, META_KEY,
+    frame_key, lmdb_error, open_read_env, parse_numbered_key, record_key, system_key, Db, FF_KEY,
+    INDEX_KEY, LAYOUT, LAYOUT_VERSION, META_KEY,
 };
 use crate::arrays::RecordArrays;
 use crate::clause::Clause;
 use crate::error::{refuse, Error, Result};
 use crate::frame_bytes::{
-    decode, decode_update, decode_update_known, plain_document, BlockRef, BlocksMemo, FrameInfo,
-    FrameRef, Known, Update, MAGIC,
+    self, decode, decode_update, decode_update_known, plain_document, BlockRef, BlocksMemo,
+    FrameInfo, FrameRef, Known, Update,
 };
 use crate::model::*;
 use crate::model_json;
@@ -233,11 +233,10 @@ impl<'r> RecordTxn<'r> {
         let mut padding = Tally::default();
         for item in self.reader.db.iter(&self.txn).map_err(lmdb_error)? {
             let (key, value) = item.map_err(lmdb_error)?;
-            let frame_bytes = match (key, key.split_first()) {
+            let is_frame = match (key, parse_numbered_key(key)) {
                 (META_KEY, _) => false,
                 (INDEX_KEY | FF_KEY, _) => true,
-                (_, Some((&prefix, n))) if n.len() == 8 && b"rsf".contains(&prefix) => {
-                    let n = u64::from_be_bytes(n.try_into().unwrap_or([0; 8]));
+                (_, Some((prefix, n))) => {
                     let (bound, name) = match prefix {
                         b'f' => (n_frames, "n_frames"),
                         _ => (n_records, "n_records"),
@@ -253,8 +252,8 @@ impl<'r> RecordTxn<'r> {
                     continue;
                 }
             };
-            if frame_bytes {
-                if let Some(bytes) = nonzero_padding(value) {
+            if is_frame {
+                if let Some(bytes) = frame_bytes::nonzero_padding(value) {
                     padding.add(key, || format!("bytes {bytes:?}"));
                 }
             }
@@ -991,10 +990,8 @@ fn parse_index(value: &[u8], n_records: u64, n_frames: u64) -> Result<ParsedInde
 /// A key as a message names it: `r:7`, `s:7`, `f:7` for a numbered key,
 /// the text of a short printable one, else `hex:` and its bytes.
 fn key_label(key: &[u8]) -> String {
-    if let Some((&prefix, n)) = key.split_first() {
-        if let (true, Ok(n)) = (b"rsf".contains(&prefix), <[u8; 8]>::try_from(n)) {
-            return format!("{}:{}", prefix as char, u64::from_be_bytes(n));
-        }
+    if let Some((prefix, n)) = parse_numbered_key(key) {
+        return format!("{}:{n}", prefix as char);
     }
     if key.len() <= 32 && key.iter().all(|b| b.is_ascii_graphic()) {
         return String::from_utf8_lossy(key).into_owned();
@@ -1043,18 +1040,4 @@ impl Tally {
             )
         })
     }
-}
-
-/// Where a frame value's padding (after the header, up to the next multiple
-/// of 8) holds a byte that is not zero, when it does. A value too short or
-/// without the magic is left to the reads, which refuse it if addressed.
-fn nonzero_padding(value: &[u8]) -> Option<std::ops::Range<usize>> {
-    let length = value.get(4..8).filter(|_| value.starts_with(&MAGIC))?;
-    let header_end = 8usize.checked_add(u32::from_le_bytes(length.try_into().ok()?) as usize)?;
-    let payload_start = header_end.checked_next_multiple_of(8)?;
-    let padding = value.get(header_end..payload_start)?;
-    padding
-        .iter()
-        .any(|&b| b != 0)
-        .then_some(header_end..payload_start)
 }
