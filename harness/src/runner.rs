@@ -116,6 +116,7 @@ pub fn run_trial(
         (Kind::RoundTrip, Direction::Golden) => round_trip_read(case, imp, ctx, &path, true),
         (Kind::WriteRefusal, Direction::Write) => write_refusal(case, imp, ctx, &path),
         (Kind::ReadRefusal, Direction::Read) => read_refusal(case, imp, ctx, &path),
+        (Kind::ReadAccept, Direction::Read) => read_accept(case, imp, ctx, &path),
         (kind, dir) => (
             Verdict::Error,
             format!("harness: a {kind:?} case has no {dir} direction"),
@@ -308,22 +309,8 @@ fn read_refusal(
     if !imp.describe().capabilities.read {
         return (Verdict::Unsupported, "does not read".into(), None);
     }
-    let Some(recipe) = &case.recipe else {
-        return (
-            Verdict::Error,
-            "harness: a read refusal needs a recipe".into(),
-            None,
-        );
-    };
-    let reference = &mut *ctx.reference;
-    let mut write_base = |json: &Value, out: &Path| -> Result<(), String> {
-        match reference.write(json, out) {
-            Outcome::Done(()) => Ok(()),
-            other => Err(format!("the reference could not write the base: {other:?}")),
-        }
-    };
-    if let Err(e) = materialize(recipe, path, &mut write_base, &ctx.layout.fixtures) {
-        return (Verdict::Error, format!("harness: recipe: {e}"), None);
+    if let Err(decided) = build_recipe(case, ctx, path) {
+        return decided;
     }
     match imp.read(path) {
         Outcome::Done(_) => (
@@ -335,6 +322,48 @@ fn read_refusal(
         Outcome::Unsupported => (Verdict::Unsupported, "does not read".into(), None),
         Outcome::Error(e) => (Verdict::Error, e, None),
     }
+}
+
+/// The implementation reads the file the recipe builds (a conforming file
+/// the reference's writer would not write that way) as the fixture's
+/// content.
+fn read_accept(
+    case: &Case,
+    imp: &mut dyn Implementation,
+    ctx: &mut Context<'_>,
+    path: &Path,
+) -> Decided {
+    if !imp.describe().capabilities.read {
+        return (Verdict::Unsupported, "does not read".into(), None);
+    }
+    let fixture = match fixture(case, ctx) {
+        Ok(f) => f,
+        Err(e) => return (Verdict::Error, e, None),
+    };
+    if let Err(decided) = build_recipe(case, ctx, path) {
+        return decided;
+    }
+    read_and_judge(&fixture, imp, path)
+}
+
+/// Builds the case's recipe at `path`, its base written by the reference.
+fn build_recipe(case: &Case, ctx: &mut Context<'_>, path: &Path) -> Result<(), Decided> {
+    let Some(recipe) = &case.recipe else {
+        return Err((
+            Verdict::Error,
+            "harness: the case has no recipe".into(),
+            None,
+        ));
+    };
+    let reference = &mut *ctx.reference;
+    let mut write_base = |json: &Value, out: &Path| -> Result<(), String> {
+        match reference.write(json, out) {
+            Outcome::Done(()) => Ok(()),
+            other => Err(format!("the reference could not write the base: {other:?}")),
+        }
+    };
+    materialize(recipe, path, &mut write_base, &ctx.layout.fixtures)
+        .map_err(|e| (Verdict::Error, format!("harness: recipe: {e}"), None))
 }
 
 fn refusal(case: &Case, message: String, clause: Option<String>) -> Decided {

@@ -20,6 +20,9 @@ pub enum Kind {
     WriteRefusal,
     /// A reader must refuse the file a recipe builds.
     ReadRefusal,
+    /// A reader must read the file a recipe builds (conforming, but not
+    /// what the reference writes) as the fixture's content.
+    ReadAccept,
 }
 
 /// One way of running a case.
@@ -84,7 +87,7 @@ impl Case {
         let mut dirs = self.directions.clone().unwrap_or_else(|| match self.kind {
             Kind::RoundTrip => vec![Direction::Write, Direction::Read, Direction::Golden],
             Kind::WriteRefusal => vec![Direction::Write],
-            Kind::ReadRefusal => vec![Direction::Read],
+            Kind::ReadRefusal | Kind::ReadAccept => vec![Direction::Read],
         });
         if !self.golden_path(fixtures).is_file() {
             dirs.retain(|d| *d != Direction::Golden);
@@ -244,9 +247,9 @@ pub fn lint(layout: &Layout) -> Vec<String> {
             }
             match (case.kind, &case.fixture, &case.recipe, &case.expect) {
                 (Kind::RoundTrip, Some(_), None, None) | (Kind::WriteRefusal, Some(_), None, Some(_)) => {}
-                (Kind::ReadRefusal, None, Some(_), Some(_)) => {}
+                (Kind::ReadRefusal, None, Some(_), Some(_)) | (Kind::ReadAccept, Some(_), Some(_), None) => {}
                 _ => problems.push(format!(
-                    "{name}: a round trip has a fixture, a write refusal a fixture and `expect`, a read refusal a recipe and `expect`"
+                    "{name}: a round trip has a fixture, a write refusal a fixture and `expect`, a read refusal a recipe and `expect`, a read acceptance a fixture and a recipe"
                 )),
             }
             let mut fixtures: Vec<&String> = case.fixture.iter().collect();

@@ -199,8 +199,13 @@ fn check(fault: Fault, should_fail: impl Fn(&TrialResult) -> bool) {
     }
 }
 
+/// Trials that judge what the implementation's reader hands back.
 fn reads(r: &TrialResult) -> bool {
-    r.kind == Kind::RoundTrip && matches!(r.direction, Direction::Read | Direction::Golden)
+    match r.kind {
+        Kind::RoundTrip => matches!(r.direction, Direction::Read | Direction::Golden),
+        Kind::ReadAccept => true,
+        Kind::WriteRefusal | Kind::ReadRefusal => false,
+    }
 }
 
 fn writes(r: &TrialResult) -> bool {
