@@ -146,9 +146,12 @@ def decode_blocks(header, payload):
 
 def decode_box(box):
     """The stored cell with its defaults spelled out."""
+    defined = box.get("cell_defined", True)
+    # An omitted boundary is all-periodic, except on an undefined cell,
+    # which is periodic on no axis (frame.md, "An undefined cell").
     out = {"vectors": box["vectors"], "origin": box.get("origin", [0.0, 0.0, 0.0]),
-           "boundary": box.get("boundary", [True, True, True]),
-           "cell_defined": box.get("cell_defined", True)}
+           "boundary": box.get("boundary", [defined] * 3),
+           "cell_defined": defined}
     if not out["cell_defined"]:  # an undefined cell reads back as identity
         out["vectors"] = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
     return out

@@ -1077,8 +1077,20 @@ fn parse_box(v: &Value) -> Result<Cell> {
         None => [0.0; 3],
         Some(v) => f64s(v, "origin")?,
     };
+    let defined = match obj.get("cell_defined") {
+        None => true,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            return Err(bad(format!(
+                "cell_defined: expected a bool, got {}",
+                typed_json::brief(other)
+            )))
+        }
+    };
     let boundary = match obj.get("boundary") {
-        None => [true; 3],
+        // Omitted: all periodic, but an undefined cell is periodic on no
+        // axis (frame.md, "An undefined cell").
+        None => [defined; 3],
         Some(Value::Array(a)) if a.len() == 3 && a.iter().all(Value::is_boolean) => [
             a[0] == Value::Bool(true),
             a[1] == Value::Bool(true),
@@ -1087,16 +1099,6 @@ fn parse_box(v: &Value) -> Result<Cell> {
         Some(other) => {
             return Err(bad(format!(
                 "boundary: expected 3 bools, got {}",
-                typed_json::brief(other)
-            )))
-        }
-    };
-    let defined = match obj.get("cell_defined") {
-        None => true,
-        Some(Value::Bool(b)) => *b,
-        Some(other) => {
-            return Err(bad(format!(
-                "cell_defined: expected a bool, got {}",
                 typed_json::brief(other)
             )))
         }

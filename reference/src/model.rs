@@ -320,7 +320,8 @@ impl Cell {
     /// The identity matrix.
     pub const IDENTITY: [f64; 9] = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0];
 
-    /// The undefined cell as stored and read back.
+    /// An undefined cell at the default origin, as stored and read back
+    /// (an undefined cell keeps whatever origin it has).
     pub const UNDEFINED: Cell = Cell {
         vectors: Cell::IDENTITY,
         origin: [0.0; 3],

@@ -433,7 +433,9 @@ fn check_cell(cell: Option<&mut Cell>, at: &str) -> Result<()> {
                     "an undefined cell has a periodic boundary flag"
                 );
             }
-            *cell = Cell::UNDEFINED;
+            // Only the vectors mean nothing: the origin keeps its
+            // meaning (frame.md, "An undefined cell").
+            cell.vectors = Cell::IDENTITY;
         }
     }
     Ok(())

@@ -858,6 +858,20 @@ fn typed_parts_are_checked() {
         (c.origin, c.boundary, c.defined),
         ([0.0; 3], [true; 3], true)
     );
+    // An undefined cell keeps its origin, and one whose boundary another
+    // writer omitted is periodic on no axis (frame.md, "An undefined cell").
+    let v = value_of(
+        r#"{"blocks": {}, "box": {"vectors": [[0,0,0],[0,0,0],[0,0,0]], "origin": [1.5, -2, 0.25], "cell_defined": false}}"#,
+        &[],
+    );
+    let c = decode(&v).unwrap().info.cell.unwrap();
+    assert_eq!(
+        *c,
+        Cell {
+            origin: [1.5, -2.0, 0.25],
+            ..Cell::UNDEFINED
+        }
+    );
 }
 
 fn typical_frame() -> (BTreeMap<String, Block>, FrameInfo) {
