@@ -75,6 +75,9 @@ pub mod clause {
     pub const STEP_TIME_PLACEMENT: &str = "mrf1.step-time-placement";
     /// `n_atoms` follows DIGEST §3.
     pub const INDEX_N_ATOMS: &str = "lmdb.index.n-atoms";
+    /// A writer stores an undefined cell with identity vectors and an
+    /// explicit all-false boundary.
+    pub const BOX_UNDEFINED_CELL: &str = "box.undefined-cell";
 }
 
 /// What the harness knows a written file must hold, from the fixture.
@@ -470,6 +473,48 @@ fn check_frame_value(label: &str, value: &[u8], trajectory: bool, out: &mut Find
                 );
             }
         }
+    }
+    if let Some(Value::Object(cell)) = view.header.get("box") {
+        check_undefined_cell(label, cell, out);
+    }
+}
+
+/// What a writer stores for an undefined cell (frame.md, "An undefined
+/// cell"): the identity matrix as `vectors`, and `boundary` written out as
+/// all-false (omitted, it would mean all-periodic). A reader tolerates
+/// either being off; a writer may not produce it.
+fn check_undefined_cell(label: &str, cell: &Map<String, Value>, out: &mut Findings) {
+    if cell.get("cell_defined") != Some(&Value::Bool(false)) {
+        return;
+    }
+    let identity =
+        cell.get("vectors")
+            .and_then(Value::as_array)
+            .is_some_and(|rows| {
+                rows.len() == 3
+                    && rows.iter().enumerate().all(|(i, row)| {
+                        row.as_array().is_some_and(|row| {
+                            row.len() == 3
+                                && row.iter().enumerate().all(|(j, x)| {
+                                    x.as_f64() == Some(if i == j { 1.0 } else { 0.0 })
+                                })
+                        })
+                    })
+            });
+    if !identity {
+        out.push(
+            clause::BOX_UNDEFINED_CELL,
+            format!("{label}: an undefined cell's `vectors` are not the identity matrix"),
+        );
+    }
+    let all_false = Value::Array(vec![Value::Bool(false); 3]);
+    if cell.get("boundary") != Some(&all_false) {
+        out.push(
+            clause::BOX_UNDEFINED_CELL,
+            format!(
+                "{label}: an undefined cell's `boundary` is not written as [false, false, false]"
+            ),
+        );
     }
 }
 

@@ -561,6 +561,24 @@ fn each_broken_variant_names_its_clause() {
             vec![put_json("r:1", json!([1, 2]))],
             clause::RECORD_META_JSON,
         ),
+        (
+            "undefined-cell-vectors-kept",
+            vec![set_header(
+                "f:0",
+                "/box",
+                json!({"vectors": [[2, 0, 0], [0, 2, 0], [0, 0, 2]], "boundary": [false, false, false], "cell_defined": false}),
+            )],
+            clause::BOX_UNDEFINED_CELL,
+        ),
+        (
+            "undefined-cell-boundary-omitted",
+            vec![set_header(
+                "f:0",
+                "/box",
+                json!({"vectors": [[1, 0, 0], [0, 1, 0], [0, 0, 1]], "cell_defined": false}),
+            )],
+            clause::BOX_UNDEFINED_CELL,
+        ),
     ];
 
     let mut failures = Vec::new();
@@ -573,6 +591,17 @@ fn each_broken_variant_names_its_clause() {
         let _ = std::fs::remove_dir_all(dir);
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn an_undefined_cell_as_a_writer_stores_it_has_no_findings() {
+    let cell = json!({"vectors": [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]], "origin": [1.5, -2.0, 0.25], "boundary": [false, false, false], "cell_defined": false});
+    let (dir, path) = build(
+        "undefined-cell-good",
+        &good_recipe_with(vec![set_header("f:0", "/box", cell)]),
+    );
+    assert_eq!(inspect_file(&path, None), vec![]);
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]

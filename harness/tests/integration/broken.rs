@@ -23,6 +23,9 @@ enum Fault {
     PrefixSumOffByOne,
     /// The writer's first frame has a column offset that is not a multiple of 8.
     MisalignedBuffer,
+    /// The writer leaves out an undefined cell's all-false `boundary` (which
+    /// then reads as the same cell: only inspecting the file catches it).
+    OmitsUndefinedBoundary,
 }
 
 struct Broken {
@@ -49,6 +52,7 @@ impl Implementation for Broken {
             match self.fault {
                 Fault::PrefixSumOffByOne => corrupt_prefix_sum(path),
                 Fault::MisalignedBuffer => misalign_first_buffer(path),
+                Fault::OmitsUndefinedBoundary => omit_undefined_boundary(path),
                 _ => {}
             }
         }
@@ -168,6 +172,29 @@ fn misalign_first_buffer(path: &Path) {
     });
 }
 
+fn omit_undefined_boundary(path: &Path) {
+    with_db(path, |db, txn| {
+        let mut edited = Vec::new();
+        for item in db.iter(txn).expect("iter") {
+            let (key, value) = item.expect("entry");
+            if !value.starts_with(b"MRF1") {
+                continue;
+            }
+            let (mut header, payload) = split_frame(value);
+            let Some(cell) = header.get_mut("box").and_then(Value::as_object_mut) else {
+                continue;
+            };
+            if cell.get("cell_defined") == Some(&Value::Bool(false)) {
+                cell.remove("boundary");
+                edited.push((key.to_vec(), join_frame(&header, &payload)));
+            }
+        }
+        for (key, value) in edited {
+            db.put(txn, &key, &value).expect("put");
+        }
+    });
+}
+
 fn check(fault: Fault, should_fail: impl Fn(&TrialResult) -> bool) {
     let mut imp = Broken {
         inner: Reference::new(),
@@ -241,4 +268,16 @@ fn an_index_prefix_sum_off_by_one_is_caught() {
 #[test]
 fn a_misaligned_buffer_is_caught() {
     check(Fault::MisalignedBuffer, writes);
+}
+
+#[test]
+fn an_omitted_undefined_cell_boundary_is_caught() {
+    // Only the write round trips of the cases with an undefined cell.
+    check(Fault::OmitsUndefinedBoundary, |r| {
+        writes(r)
+            && matches!(
+                r.case.as_str(),
+                "box-changes-and-undefined" | "box-undefined-origin"
+            )
+    });
 }
