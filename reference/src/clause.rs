@@ -82,6 +82,7 @@ clauses! {
     // Box (DIGEST §8).
     BoxShape => "box.shape",
     BoxUndefinedBoundary => "box.undefined-boundary",
+    BoxUndefinedCell => "box.undefined-cell",
     // Force field (DIGEST §11).
     ForceFieldDocument => "forcefield.document",
     ForceFieldTable => "forcefield.table",

@@ -898,6 +898,46 @@ pub fn nonzero_padding(value: &[u8]) -> Option<std::ops::Range<usize>> {
         .then_some(padding)
 }
 
+/// What a writer may not store for an undefined cell in `value`'s header
+/// (frame.md, "An undefined cell"): `vectors` that are not the identity
+/// matrix, or a `boundary` left out (which would mean all-periodic). A
+/// reader ignores both: [`decode`] hands back the identity and an all-false
+/// boundary. `mrec validate` reports them (`RecordTxn::check_every_value`).
+/// `None` for a value without an undefined cell, or one `decode` refuses.
+pub fn undefined_cell_misstored(value: &[u8]) -> Option<&'static str> {
+    let (header, _) = header_bytes(value).ok()?;
+    // Most headers have no `cell_defined` key (it defaults to true): only
+    // the ones that spell it out, or could escape it, are parsed.
+    let spelled = |needle: &[u8]| header.windows(needle.len()).any(|w| w == needle);
+    if !spelled(b"cell_defined") && !header.contains(&b'\\') {
+        return None;
+    }
+    let header: Value = serde_json::from_slice(header).ok()?;
+    let cell = header.get("box")?.as_object()?;
+    if cell.get("cell_defined") != Some(&Value::Bool(false)) {
+        return None;
+    }
+    let identity = cell
+        .get("vectors")
+        .and_then(Value::as_array)
+        .is_some_and(|rows| {
+            rows.len() == 3
+                && rows.iter().enumerate().all(|(i, row)| {
+                    row.as_array().is_some_and(|row| {
+                        row.len() == 3
+                            && (0..3).all(|j| row[j].as_f64() == Some(f64::from(u8::from(i == j))))
+                    })
+                })
+        });
+    if !identity {
+        return Some("an undefined cell's vectors are not the identity matrix");
+    }
+    if !cell.contains_key("boundary") {
+        return Some("an undefined cell's boundary is left out, not written as all-false");
+    }
+    None
+}
+
 /// Checks the fixed prefix and the header bounds: the header's bytes and
 /// where the payload starts.
 fn header_bytes(value: &[u8]) -> Result<(&[u8], usize)> {

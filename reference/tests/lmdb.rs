@@ -430,6 +430,62 @@ fn stray_keys_and_dirty_padding_are_found_by_violations_and_mrec_validate() {
     assert!(stderr.contains("[mrf1.padding] keys: 1 key(s)"), "{stderr}");
 }
 
+/// Rewrites the `box` of frame value `key`'s header with `change`; the
+/// payload is kept.
+fn change_box(path: &Path, key: &[u8], change: impl FnOnce(&mut serde_json::Map<String, Value>)) {
+    edit(path, |_, db, txn| {
+        let value = db.get(txn, key).unwrap().unwrap().to_vec();
+        let len = u32::from_le_bytes(value[4..8].try_into().unwrap()) as usize;
+        let mut header: Value = serde_json::from_slice(&value[8..8 + len]).unwrap();
+        change(header["box"].as_object_mut().unwrap());
+        let payload = &value[(8 + len).next_multiple_of(8)..];
+        let text = serde_json::to_vec(&header).unwrap();
+        db.put(txn, key, &common::frame_value(&text, payload))
+            .unwrap();
+    });
+}
+
+#[test]
+fn an_undefined_cell_stored_off_its_form_reads_alike_and_is_found_by_violations() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures/collection/box-undefined-origin.json");
+    let json: Value = serde_json::from_slice(&std::fs::read(fixture).unwrap()).unwrap();
+    let path = scratch_file("lmdb-test", "undefined-cell");
+    write_json(&path, &json, WriterOptions::default()).unwrap();
+    let reader = Reader::open(&path).unwrap();
+    let clean = collection_to_json(&reader.read_collection().unwrap());
+    assert!(reader.violations().is_empty());
+    drop(reader);
+    // Another writer's undefined cells: the boundary left out on the first
+    // update, stored vectors on the system. Both read as the same cells.
+    change_box(&path, &frame_key(0), |cell| {
+        assert!(cell.remove("boundary").is_some());
+    });
+    change_box(&path, &molrec::lmdb::system_key(0), |cell| {
+        cell.insert(
+            "vectors".into(),
+            json!([[2.0, 0.0, 0.0], [0.0, 2.0, 0.0], [0.0, 0.0, 2.0]]),
+        );
+    });
+    let reader = Reader::open(&path).unwrap();
+    assert_eq!(
+        collection_to_json(&reader.read_collection().unwrap()),
+        clean
+    );
+    let found = reader.violations();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].clause(), Some(Clause::BoxUndefinedCell));
+    assert!(
+        found[0].to_string().ends_with(
+            "2 key(s) whose undefined cell is not stored as a writer must store it: \
+             f:0 an undefined cell's boundary is left out, not written as all-false; \
+             s:0 an undefined cell's vectors are not the identity matrix"
+        ),
+        "{}",
+        found[0]
+    );
+}
+
 #[test]
 fn reader_refuses_missing_meta_and_missing_frames() {
     let path = scratch_file("lmdb-test", "no-meta");

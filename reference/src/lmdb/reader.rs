@@ -224,13 +224,16 @@ impl<'r> RecordTxn<'r> {
     /// (DIGEST §1: not `meta`, `index`, `ff`, `r` or `s` and a u64
     /// big-endian below `n_records`, or `f` and one below `n_frames`), and
     /// one of [`Clause::FramePadding`] for frame values (`index`, `ff`, `s`,
-    /// `f`) whose padding after the header is not zero bytes. Each message
+    /// `f`) whose padding after the header is not zero bytes, and one of
+    /// [`Clause::BoxUndefinedCell`] for an undefined cell stored with
+    /// vectors other than the identity or without its boundary. Each message
     /// gives how many there are and the first few keys. What `mrec validate`
     /// adds to the reads.
     pub fn check_every_value(&self) -> Result<Vec<Error>> {
         let (n_records, n_frames) = (self.reader.n_records(), self.reader.n_frames);
         let mut stray = Tally::default();
         let mut padding = Tally::default();
+        let mut cells = Tally::default();
         for item in self.reader.db.iter(&self.txn).map_err(lmdb_error)? {
             let (key, value) = item.map_err(lmdb_error)?;
             let is_frame = match (key, parse_numbered_key(key)) {
@@ -256,6 +259,9 @@ impl<'r> RecordTxn<'r> {
                 if let Some(bytes) = frame_bytes::nonzero_padding(value) {
                     padding.add(key, || format!("bytes {bytes:?}"));
                 }
+                if let Some(why) = frame_bytes::undefined_cell_misstored(value) {
+                    cells.add(key, || why.to_string());
+                }
             }
         }
         Ok([
@@ -266,6 +272,10 @@ impl<'r> RecordTxn<'r> {
             padding.refusal(
                 Clause::FramePadding,
                 "whose frame value pads its header with bytes that are not zero",
+            ),
+            cells.refusal(
+                Clause::BoxUndefinedCell,
+                "whose undefined cell is not stored as a writer must store it",
             ),
         ]
         .into_iter()
