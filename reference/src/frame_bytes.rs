@@ -908,8 +908,8 @@ pub fn undefined_cell_misstored(value: &[u8]) -> Option<&'static str> {
     let (header, _) = header_bytes(value).ok()?;
     // Most headers have no `cell_defined` key (it defaults to true): only
     // the ones that spell it out, or could escape it, are parsed.
-    let spelled = |needle: &[u8]| header.windows(needle.len()).any(|w| w == needle);
-    if !spelled(b"cell_defined") && !header.contains(&b'\\') {
+    const KEY: &[u8] = b"cell_defined";
+    if !header.windows(KEY.len()).any(|w| w == KEY) && !header.contains(&b'\\') {
         return None;
     }
     let header: Value = serde_json::from_slice(header).ok()?;
