@@ -908,8 +908,9 @@ pub fn undefined_cell_misstored(value: &[u8]) -> Option<&'static str> {
     let (header, _) = header_bytes(value).ok()?;
     // Most headers have no `cell_defined` key (it defaults to true): only
     // the ones that spell it out, or could escape it, are parsed.
-    const KEY: &[u8] = b"cell_defined";
-    if !header.windows(KEY.len()).any(|w| w == KEY) && !header.contains(&b'\\') {
+    static KEY: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"cell_defined"));
+    if KEY.find(header).is_none() && memchr::memchr(b'\\', header).is_none() {
         return None;
     }
     let header: Value = serde_json::from_slice(header).ok()?;
