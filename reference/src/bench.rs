@@ -1325,7 +1325,7 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
     if opts.records == 0 || opts.passes == 0 {
         return Err(Error::Io(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
-            "--records and --passes must be at least 1",
+            "the records and the passes must be at least 1",
         )));
     }
     let say = |s: String| {
@@ -1335,7 +1335,7 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
     };
     let (dir, temp) = match &opts.dir {
         Some(d) => {
-            std::fs::create_dir_all(d)?;
+            std::fs::create_dir_all(d).map_err(|e| Error::io_at(d, e))?;
             (d.clone(), false)
         }
         None => {
@@ -1344,7 +1344,7 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
                 .map(|d| d.subsec_nanos())
                 .unwrap_or(0);
             let d = std::env::temp_dir().join(format!("mrec-bench-{}-{nanos}", std::process::id()));
-            std::fs::create_dir_all(&d)?;
+            std::fs::create_dir_all(&d).map_err(|e| Error::io_at(&d, e))?;
             (d, true)
         }
     };

@@ -2,6 +2,7 @@
 
 use crate::clause::Clause;
 use std::fmt;
+use std::path::Path;
 
 /// Everything that can go wrong while writing, reading or validating.
 #[derive(Debug)]
@@ -37,6 +38,15 @@ impl Error {
             at: at.into(),
             detail: detail.into(),
         }
+    }
+
+    /// An operating-system error on `path`, which the message names (the
+    /// error's kind is kept).
+    pub fn io_at(path: &Path, e: std::io::Error) -> Error {
+        Error::Io(std::io::Error::new(
+            e.kind(),
+            format!("{}: {e}", path.display()),
+        ))
     }
 
     /// The clause this error enforces, if it is a refusal.

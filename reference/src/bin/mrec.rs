@@ -69,7 +69,7 @@ enum Command {
     /// (docs/benchmark.md). Build with --release.
     Bench {
         /// Records to generate (83951 is the seed dataset's full scale).
-        #[arg(long, default_value_t = 8_400)]
+        #[arg(long, default_value_t = 8_400, value_parser = clap::value_parser!(u64).range(1..))]
         records: u64,
         /// Seed of the workload and of the shuffled read order.
         #[arg(long, default_value_t = 1)]
@@ -157,7 +157,7 @@ fn read_model(model: &Path) -> Result<String, Error> {
         std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
         Ok(text)
     } else {
-        Ok(std::fs::read_to_string(model)?)
+        std::fs::read_to_string(model).map_err(|e| Error::io_at(model, e))
     }
 }
 
@@ -279,11 +279,33 @@ fn bench(options: molrec::bench::BenchOptions, json_out: Option<&Path>) -> Resul
     if cfg!(debug_assertions) {
         eprintln!("mrec bench: this is a debug build; build with --release for meaningful figures");
     }
-    let report = molrec::bench::run(&options)?;
+    // A path the figures cannot be written to fails now, not after a run
+    // of minutes. A file this creates is removed if the run fails.
+    let created = match json_out {
+        Some(path) => {
+            let existed = path.exists();
+            std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(path)
+                .map_err(|e| Error::io_at(path, e))?;
+            (!existed).then_some(path)
+        }
+        None => None,
+    };
+    let report = match molrec::bench::run(&options) {
+        Ok(report) => report,
+        Err(e) => {
+            if let Some(path) = created {
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(e);
+        }
+    };
     print!("{}", report.table());
     if let Some(path) = json_out {
         let text = serde_json::to_string_pretty(report.json()).map_err(|e| Error::Io(e.into()))?;
-        std::fs::write(path, text + "\n")?;
+        std::fs::write(path, text + "\n").map_err(|e| Error::io_at(path, e))?;
     }
     Ok(())
 }

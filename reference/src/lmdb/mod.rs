@@ -76,7 +76,9 @@ pub(crate) fn open_read_env(path: &Path) -> Result<(Env<WithoutTls>, bool)> {
             format!("{} is not a file", path.display()),
         )));
     }
-    let size = std::fs::metadata(path)?.len();
+    let size = std::fs::metadata(path)
+        .map_err(|e| Error::io_at(path, e))?
+        .len();
     let map = map_size_for(size);
     let open = |flags: EnvFlags| {
         let mut options = EnvOpenOptions::new().read_txn_without_tls();

@@ -494,7 +494,10 @@ impl Spill {
     /// system, not a possibly memory-backed `/tmp`).
     fn new(dir: &Path) -> Result<Spill> {
         Ok(Spill {
-            file: BufWriter::with_capacity(1 << 16, tempfile::tempfile_in(dir)?),
+            file: BufWriter::with_capacity(
+                1 << 16,
+                tempfile::tempfile_in(dir).map_err(|e| Error::io_at(dir, e))?,
+            ),
         })
     }
 
@@ -874,7 +877,8 @@ fn claim(path: &Path, overwrite: bool) -> Result<File> {
         .write(true)
         .create(true)
         .truncate(false)
-        .open(path)?;
+        .open(path)
+        .map_err(|e| Error::io_at(path, e))?;
     if file.try_lock().is_err() {
         return Err(Error::Busy(format!(
             "{} is being written by another writer",
