@@ -1282,6 +1282,87 @@ fn machine() -> Value {
     })
 }
 
+/// Bytes the two files take per record, a tenth over what they took at the
+/// default scale (ours 406,913,024 and the peer's 642,260,992 for 8,400
+/// records: 48,443 and 76,460 per record), for the spread of the
+/// workload's sizes.
+const FILES_BYTES_PER_RECORD: u64 = (48_443 + 76_460) * 11 / 10;
+
+/// Refuses a run whose two files would not fit in the free space of `dir`'s
+/// file system (or whose size does not fit a `u64`) before anything is
+/// generated; warns when they would not fit in the memory available for
+/// the page cache, where every read figure is meant to be taken.
+fn check_room(dir: &Path, records: u64) -> Result<()> {
+    let gib = |bytes: u64| bytes as f64 / f64::from(1u32 << 30);
+    let Some(needed) = records.checked_mul(FILES_BYTES_PER_RECORD) else {
+        return Err(Error::io_at(
+            dir,
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{records} records: the files' size does not fit in 64 bits"),
+            ),
+        ));
+    };
+    if let Some(free) = free_bytes(dir) {
+        if needed > free {
+            return Err(Error::io_at(
+                dir,
+                std::io::Error::new(
+                    std::io::ErrorKind::StorageFull,
+                    format!(
+                        "{records} records need about {:.1} GiB for the two files, and the \
+                         file system has {:.1} GiB free",
+                        gib(needed),
+                        gib(free)
+                    ),
+                ),
+            ));
+        }
+    }
+    let available = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemAvailable:"))
+                .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map(|kb| kb.saturating_mul(1024));
+    if let Some(available) = available.filter(|&a| needed > a) {
+        eprintln!(
+            "mrec bench: the two files (about {:.1} GiB) may not stay in the page cache \
+             ({:.1} GiB of memory available): a read figure may include disk reads (see \
+             its major faults)",
+            gib(needed),
+            gib(available)
+        );
+    }
+    Ok(())
+}
+
+/// The bytes an unprivileged process may still write on `dir`'s file system.
+#[cfg(target_os = "linux")]
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: an all-zero statvfs is a valid value of the plain C struct,
+    // which statvfs fills in.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a NUL-terminated string and `stat` a writable
+    // statvfs, both living across the call.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
+        return None;
+    }
+    // The two fields are 32-bit on some targets.
+    #[allow(clippy::useless_conversion)]
+    let (blocks, block_size) = (u64::from(stat.f_bavail), u64::from(stat.f_frsize));
+    Some(blocks.saturating_mul(block_size))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn free_bytes(_dir: &Path) -> Option<u64> {
+    None
+}
+
 // ---------------------------------------------------------------------------
 // The run
 // ---------------------------------------------------------------------------
@@ -1355,6 +1436,7 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
         dir: temp.then(|| dir.clone()),
         keep: opts.keep,
     };
+    check_room(&dir, opts.records)?;
     let n = opts.records;
     let seed = opts.seed;
     let load_start = loadavg();

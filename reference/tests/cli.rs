@@ -1,7 +1,9 @@
 //! `mrec`'s errors outside the format: an operating-system error names the
-//! path it is about, exits with 3, and `mrec bench` finds a `--json` path it
-//! cannot write before it runs, not after minutes of work.
+//! path it is about and exits with 3, and `mrec bench` finds what would make
+//! it fail (a `--json` path it cannot write, files the disk cannot hold)
+//! before it runs, not after minutes of work.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -91,4 +93,39 @@ fn bench_refuses_zero_records_as_an_argument() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--records"), "{stderr}");
     assert_eq!(stdout, "");
+}
+
+/// A record count whose files no disk holds (or whose size overflows) is
+/// refused before anything is generated, not met by a panic or by a full
+/// disk minutes later. The child may write no file past 64 MiB: should the
+/// check go, the test fails on that limit instead of filling the disk.
+#[test]
+fn bench_refuses_more_records_than_the_disk_holds_before_it_runs() {
+    for (records, says) in [
+        ("1000000000000", "records need about"),
+        ("18446744073709551615", "does not fit in 64 bits"),
+    ] {
+        let mut command = Command::new(MREC);
+        command.args(["bench", "--quiet", "--records", records]);
+        // SAFETY: between fork and exec the closure only calls setrlimit,
+        // which is async-signal-safe, on a struct on its own stack.
+        unsafe {
+            command.pre_exec(|| {
+                let limit = libc::rlimit {
+                    rlim_cur: 64 << 20,
+                    rlim_max: 64 << 20,
+                };
+                if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
+        let out = command.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{records}: {stderr}");
+        assert!(stderr.contains(says), "{records}: {stderr}");
+        assert!(out.stdout.is_empty());
+    }
 }
