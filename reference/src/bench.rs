@@ -1367,24 +1367,69 @@ fn free_bytes(_dir: &Path) -> Option<u64> {
 // The run
 // ---------------------------------------------------------------------------
 
-/// Deletes what the run created unless asked to keep it.
+/// Deletes what the run created unless asked to keep it: when the run
+/// ends, or through [`remove_files_of_runs_in_progress`] when the process
+/// is interrupted first.
 struct Cleanup {
+    id: u64,
     files: Vec<PathBuf>,
     dir: Option<PathBuf>,
     keep: bool,
 }
 
+/// The files (and temporary directory) of every run in progress that does
+/// not keep them, by [`Cleanup::id`].
+type Pending = BTreeMap<u64, (Vec<PathBuf>, Option<PathBuf>)>;
+static PENDING: std::sync::Mutex<Pending> = std::sync::Mutex::new(BTreeMap::new());
+
+fn pending() -> std::sync::MutexGuard<'static, Pending> {
+    // A panic while the map was held left it whole: every update is one call.
+    PENDING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Cleanup {
+    fn new(files: Vec<PathBuf>, dir: Option<PathBuf>, keep: bool) -> Cleanup {
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if !keep {
+            pending().insert(id, (files.clone(), dir.clone()));
+        }
+        Cleanup {
+            id,
+            files,
+            dir,
+            keep,
+        }
+    }
+}
+
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        if self.keep {
-            return;
+        pending().remove(&self.id);
+        if !self.keep {
+            remove_run_files(&self.files, self.dir.as_deref());
         }
-        for f in &self.files {
-            remove_lmdb(f);
-        }
-        if let Some(d) = &self.dir {
-            let _ = std::fs::remove_dir_all(d);
-        }
+    }
+}
+
+fn remove_run_files(files: &[PathBuf], dir: Option<&Path>) {
+    for f in files {
+        remove_lmdb(f);
+    }
+    if let Some(d) = dir {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+/// Deletes the files of every run of this process still in progress (those
+/// not asked to keep them), as each run does when it ends: for a program
+/// about to exit on an interrupt (`mrec bench` calls it on Ctrl-C), which
+/// would otherwise leave gigabytes behind. Best effort: a file a run
+/// creates while this runs may stay.
+pub fn remove_files_of_runs_in_progress() {
+    let runs = std::mem::take(&mut *pending());
+    for (files, dir) in runs.values() {
+        remove_run_files(files, dir.as_deref());
     }
 }
 
@@ -1431,11 +1476,11 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
     };
     let path = dir.join("bench.mrec.lmdb");
     let peer_path = dir.join("peer.ase.lmdb");
-    let _cleanup = Cleanup {
-        files: vec![path.clone(), peer_path.clone()],
-        dir: temp.then(|| dir.clone()),
-        keep: opts.keep,
-    };
+    let _cleanup = Cleanup::new(
+        vec![path.clone(), peer_path.clone()],
+        temp.then(|| dir.clone()),
+        opts.keep,
+    );
     check_room(&dir, opts.records)?;
     let n = opts.records;
     let seed = opts.seed;

@@ -129,3 +129,49 @@ fn bench_refuses_more_records_than_the_disk_holds_before_it_runs() {
         assert!(out.stdout.is_empty());
     }
 }
+
+/// An interrupted `mrec bench` deletes what it wrote (its temporary
+/// directory, both files, the `--json` file it created) and exits with 130.
+#[test]
+fn an_interrupted_bench_deletes_its_files() {
+    let tmp = missing_dir("interrupted");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let json = tmp.join("figures.json");
+    let child = Command::new(MREC)
+        .args(["bench", "--quiet", "--records", "3000", "--json"])
+        .arg(&json)
+        .env("TMPDIR", &tmp)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Interrupt it once its file exists (the write phase).
+    let started = std::time::Instant::now();
+    let written = || {
+        std::fs::read_dir(&tmp)
+            .unwrap()
+            .flatten()
+            .any(|run| run.path().join("bench.mrec.lmdb").exists())
+    };
+    while !written() {
+        assert!(
+            started.elapsed().as_secs() < 120,
+            "no bench.mrec.lmdb in {}",
+            tmp.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // SAFETY: kill sends a signal to the child, which this test owns and
+    // has not waited for, so the pid is still the child's.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    std::fs::remove_dir(&tmp).unwrap();
+}

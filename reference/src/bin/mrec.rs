@@ -293,6 +293,20 @@ fn bench(options: molrec::bench::BenchOptions, json_out: Option<&Path>) -> Resul
         }
         None => None,
     };
+    // Ctrl-C (or SIGTERM) deletes what the run wrote, as its end would,
+    // instead of leaving up to ten gigabytes behind.
+    let interrupted_json = created.map(Path::to_path_buf);
+    let handler = ctrlc::set_handler(move || {
+        molrec::bench::remove_files_of_runs_in_progress();
+        if let Some(path) = &interrupted_json {
+            let _ = std::fs::remove_file(path);
+        }
+        eprintln!("\nmrec bench: interrupted; the files it wrote are deleted");
+        std::process::exit(130);
+    });
+    if let Err(e) = handler {
+        eprintln!("mrec bench: no interrupt handler ({e}): an interrupt leaves the files behind");
+    }
     let report = match molrec::bench::run(&options) {
         Ok(report) => report,
         Err(e) => {
