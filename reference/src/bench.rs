@@ -1303,7 +1303,7 @@ fn check_room(dir: &Path, records: u64) -> Result<()> {
             ),
         ));
     };
-    if let Some(free) = free_bytes(dir) {
+    if let Some(free) = crate::lmdb::free_bytes(dir) {
         if needed > free {
             return Err(Error::io_at(
                 dir,
@@ -1337,30 +1337,6 @@ fn check_room(dir: &Path, records: u64) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// The bytes an unprivileged process may still write on `dir`'s file system.
-#[cfg(target_os = "linux")]
-fn free_bytes(dir: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: an all-zero statvfs is a valid value of the plain C struct,
-    // which statvfs fills in.
-    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `path` is a NUL-terminated string and `stat` a writable
-    // statvfs, both living across the call.
-    if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
-        return None;
-    }
-    // The two fields are 32-bit on some targets.
-    #[allow(clippy::useless_conversion)]
-    let (blocks, block_size) = (u64::from(stat.f_bavail), u64::from(stat.f_frsize));
-    Some(blocks.saturating_mul(block_size))
-}
-
-#[cfg(not(target_os = "linux"))]
-fn free_bytes(_dir: &Path) -> Option<u64> {
-    None
 }
 
 // ---------------------------------------------------------------------------

@@ -7,6 +7,8 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod common;
+
 const MREC: &str = env!("CARGO_BIN_EXE_mrec");
 
 /// A directory that does not exist, under this test's scratch directory.
@@ -63,6 +65,99 @@ fn an_output_file_that_cannot_be_created_is_named() {
     assert_eq!(code, Some(3), "{stderr}");
     assert!(stderr.contains(&format!("{}: ", out.display())), "{stderr}");
     assert!(!out.exists());
+}
+
+/// A write that runs out of room (here a file-size limit of 256 KiB, which
+/// the kernel enforces as it would a full disk, with EFBIG for ENOSPC)
+/// names the collection file.
+#[test]
+fn a_write_that_runs_out_of_room_names_the_file() {
+    let dir = common::scratch_dir("cli-test-no-room");
+    let model = dir.join("collection.json");
+    common::write_json_file(&model, &common::collection_json(400, 40, 0.0));
+    let out_path = dir.join("c.mrec.lmdb");
+    let mut command = Command::new(MREC);
+    command.arg("write").arg(&model).arg(&out_path);
+    // SAFETY: between fork and exec the closure only calls signal and
+    // setrlimit, both async-signal-safe, on values on its own stack.
+    unsafe {
+        command.pre_exec(|| {
+            // Ignored, SIGXFSZ makes a write past the limit fail with EFBIG
+            // instead of killing the process.
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let limit = libc::rlimit {
+                rlim_cur: 256 << 10,
+                rlim_max: 256 << 10,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let out = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains(&format!("i/o: {}: ", out_path.display())),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A write to a file system that fills up (a 1 MiB tmpfs mounted in a
+/// private mount namespace: `unshare -m`, or `unshare -rm` in a user
+/// namespace) names the file and the free space left, since LMDB reports
+/// the short write as EIO. Skips, saying why, where neither may mount.
+#[test]
+fn a_write_to_a_full_file_system_says_how_much_is_free() {
+    let dir = common::scratch_dir("cli-test-full");
+    let model = dir.join("collection.json");
+    common::write_json_file(&model, &common::collection_json(400, 40, 0.0));
+    let mount = dir.join("mnt");
+    std::fs::create_dir_all(&mount).unwrap();
+    let out_path = mount.join("c.mrec.lmdb");
+    let script = format!(
+        "mount -t tmpfs -o size=1m tmpfs '{}' || {{ echo 'setup failed' >&2; exit 99; }}; \
+         exec '{MREC}' write '{}' '{}'",
+        mount.display(),
+        model.display(),
+        out_path.display()
+    );
+    let mut attempts = Vec::new();
+    for flags in [&["-m"][..], &["-r", "-m"][..]] {
+        let out = Command::new("unshare")
+            .args(flags)
+            .args(["--", "sh", "-c", &script])
+            .output();
+        let out = match out {
+            Ok(out) => out,
+            Err(e) => {
+                attempts.push(format!("unshare: {e}"));
+                continue;
+            }
+        };
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.code() != Some(3) && !stderr.contains("mrec:") {
+            attempts.push(format!("unshare {}: {}", flags.join(" "), stderr.trim()));
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(3), "{stderr}");
+        assert!(
+            stderr.contains(&format!("i/o: {}: ", out_path.display()))
+                && stderr.contains("its file system has "),
+            "{stderr}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    common::report(&format!(
+        "a_write_to_a_full_file_system_says_how_much_is_free: skipped, no private tmpfs \
+         ({})",
+        attempts.join("; ")
+    ));
 }
 
 #[test]

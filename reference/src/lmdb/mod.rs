@@ -65,6 +65,30 @@ pub(crate) fn lmdb_error(e: heed::Error) -> Error {
     }
 }
 
+/// The bytes an unprivileged process may still write on `dir`'s file system.
+#[cfg(target_os = "linux")]
+pub(crate) fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: an all-zero statvfs is a valid value of the plain C struct,
+    // which statvfs fills in.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a NUL-terminated string and `stat` a writable
+    // statvfs, both living across the call.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
+        return None;
+    }
+    // The two fields are 32-bit on some targets.
+    #[allow(clippy::useless_conversion)]
+    let (blocks, block_size) = (u64::from(stat.f_bavail), u64::from(stat.f_frsize));
+    Some(blocks.saturating_mul(block_size))
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn free_bytes(_dir: &Path) -> Option<u64> {
+    None
+}
+
 /// Opens an environment for reading. When the lock file cannot be created
 /// (read-only directory or medium), falls back to `NO_LOCK`: safe only while
 /// no process writes the file, which holds for a committed collection, since

@@ -558,10 +558,7 @@ impl Writer {
         // file already holds meta pages keeps theirs. So the two meta pages
         // of an empty environment are written first, with our page size.
         write_empty_environment(&lock, options.page_size, 64 << 20)?;
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
+        let dir = directory_of(path);
         let record_spill = Spill::new(dir)?;
         let system_spill = Spill::new(dir)?;
         let mut env_options = EnvOpenOptions::new().read_txn_without_tls();
@@ -615,8 +612,14 @@ impl Writer {
         self.total_frames
     }
 
-    /// Validates and writes one record.
-    pub fn append(&mut self, mut record: Record) -> Result<()> {
+    /// Validates and writes one record. An operating-system error (a full
+    /// disk) names the file.
+    pub fn append(&mut self, record: Record) -> Result<()> {
+        self.append_record(record)
+            .map_err(|e| located_io(&self.path, e))
+    }
+
+    fn append_record(&mut self, mut record: Record) -> Result<()> {
         let r = self.records();
         let at = format!("records[{r}]");
         let schema = match &self.given_schema {
@@ -749,7 +752,13 @@ impl Writer {
     /// Writes the force field, the index (the binding's four columns and
     /// the collection's own `index` columns) and the spilled `r` and `s`
     /// values, syncs, then writes `meta` in the last transaction and syncs.
-    pub fn finish(mut self, mut index: BTreeMap<String, Column>) -> Result<()> {
+    /// An operating-system error (a full disk) names the file.
+    pub fn finish(self, index: BTreeMap<String, Column>) -> Result<()> {
+        let path = self.path.clone();
+        self.finish_file(index).map_err(|e| located_io(&path, e))
+    }
+
+    fn finish_file(mut self, mut index: BTreeMap<String, Column>) -> Result<()> {
         let n = self.records();
         validate::prepare_index(&mut index, n)?;
         let mut first = Vec::with_capacity(self.n_frames.len());
@@ -896,6 +905,34 @@ fn claim(path: &Path, overwrite: bool) -> Result<File> {
         let _ = std::fs::remove_file(lock_path(path));
     }
     Ok(file)
+}
+
+/// `e`, naming `path` if it is an operating-system error (which, unlike a
+/// refusal, says nothing of where it happened), and the free space of its
+/// file system when little is left: LMDB reports a write cut short by a
+/// full disk as EIO, "Input/output error", not as ENOSPC.
+fn located_io(path: &Path, e: Error) -> Error {
+    let Error::Io(io) = e else {
+        return e;
+    };
+    match super::free_bytes(directory_of(path)).filter(|&free| free < 64 << 20) {
+        Some(free) => Error::io_at(
+            path,
+            std::io::Error::new(
+                io.kind(),
+                format!("{io}; its file system has {free} bytes free"),
+            ),
+        ),
+        None => Error::io_at(path, io),
+    }
+}
+
+/// The directory holding `path` (`.` for a bare file name).
+fn directory_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
 }
 
 /// LMDB's lock file beside a `NO_SUB_DIR` environment.
