@@ -84,19 +84,55 @@ pub fn report(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
-/// A fresh, empty directory for this process: `molrec-<what>-<pid>`.
+/// This process's `molrec-test-<what>-<pid>` directory, in the temporary
+/// directory. The first call also deletes the directories of that form
+/// that test processes no longer running left there (libtest has no hook to
+/// delete a directory when the tests of a binary end; a run of the lmdb
+/// tests leaves about 40 MiB).
+fn scratch_path(what: &str) -> std::path::PathBuf {
+    static SWEEP: std::sync::Once = std::sync::Once::new();
+    let tmp = std::env::temp_dir();
+    SWEEP.call_once(|| {
+        for entry in std::fs::read_dir(&tmp).into_iter().flatten().flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name
+                .to_str()
+                .filter(|n| n.starts_with("molrec-test-"))
+                .and_then(|n| n.rsplit_once('-'))
+                .and_then(|(_, pid)| pid.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            // An hour untouched as well: a process of another PID
+            // namespace sharing this directory is not in our /proc.
+            let running = std::path::Path::new("/proc").join(pid.to_string()).exists();
+            let idle = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age.as_secs() > 3600);
+            if !running && idle && entry.file_type().is_ok_and(|t| t.is_dir()) {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    });
+    tmp.join(format!("molrec-test-{what}-{}", std::process::id()))
+}
+
+/// A fresh, empty directory for this process: `molrec-test-<what>-<pid>`.
 pub fn scratch_dir(what: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("molrec-{what}-{}", std::process::id()));
+    let dir = scratch_path(what);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
 
-/// `<name>.mrec.lmdb` in this process's `molrec-<what>-<pid>` directory,
+/// `<name>.mrec.lmdb` in this process's `molrec-test-<what>-<pid>` directory,
 /// with no file or lock file there yet (the directory is kept: tests of one
 /// binary share it).
 pub fn scratch_file(what: &str, name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("molrec-{what}-{}", std::process::id()));
+    let dir = scratch_path(what);
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("{name}.mrec.lmdb"));
     let _ = std::fs::remove_file(&path);
