@@ -1288,11 +1288,12 @@ fn machine() -> Value {
 /// workload's sizes.
 const FILES_BYTES_PER_RECORD: u64 = (48_443 + 76_460) * 11 / 10;
 
-/// Refuses a run whose two files would not fit in the free space of `dir`'s
-/// file system (or whose size does not fit a `u64`) before anything is
-/// generated; warns when they would not fit in the memory available for
-/// the page cache, where every read figure is meant to be taken.
-fn check_room(dir: &Path, records: u64) -> Result<()> {
+/// Refuses a run whose two files (`files`, which replace any files of
+/// those names) would not fit in the free space of `dir`'s file system (or
+/// whose size does not fit a `u64`) before anything is generated; warns
+/// when they would not fit in the memory available for the page cache,
+/// where every read figure is meant to be taken.
+fn check_room(dir: &Path, files: &[&Path], records: u64) -> Result<()> {
     let gib = |bytes: u64| bytes as f64 / f64::from(1u32 << 30);
     let Some(needed) = records.checked_mul(FILES_BYTES_PER_RECORD) else {
         return Err(Error::io_at(
@@ -1303,7 +1304,12 @@ fn check_room(dir: &Path, records: u64) -> Result<()> {
             ),
         ));
     };
-    if let Some(free) = crate::lmdb::free_bytes(dir) {
+    let replaced: u64 = files
+        .iter()
+        .filter_map(|f| std::fs::metadata(f).ok())
+        .map(|m| m.len())
+        .sum();
+    if let Some(free) = crate::lmdb::free_bytes(dir).map(|f| f.saturating_add(replaced)) {
         if needed > free {
             return Err(Error::io_at(
                 dir,
@@ -1457,7 +1463,7 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
         temp.then(|| dir.clone()),
         opts.keep,
     );
-    check_room(&dir, opts.records)?;
+    check_room(&dir, &[&path, &peer_path], opts.records)?;
     let n = opts.records;
     let seed = opts.seed;
     let load_start = loadavg();

@@ -296,12 +296,14 @@ fn bench(options: molrec::bench::BenchOptions, json_out: Option<&Path>) -> Resul
     // Ctrl-C (or SIGTERM) deletes what the run wrote, as its end would,
     // instead of leaving up to ten gigabytes behind.
     let interrupted_json = created.map(Path::to_path_buf);
+    let keep = options.keep;
     let handler = ctrlc::set_handler(move || {
         molrec::bench::remove_files_of_runs_in_progress();
         if let Some(path) = &interrupted_json {
             let _ = std::fs::remove_file(path);
         }
-        eprintln!("\nmrec bench: interrupted; the files it wrote are deleted");
+        let files = if keep { "kept (--keep)" } else { "deleted" };
+        eprintln!("\nmrec bench: interrupted; the files it wrote are {files}");
         std::process::exit(130);
     });
     if let Err(e) = handler {
