@@ -494,10 +494,7 @@ impl Spill {
     /// system, not a possibly memory-backed `/tmp`).
     fn new(dir: &Path) -> Result<Spill> {
         Ok(Spill {
-            file: BufWriter::with_capacity(
-                1 << 16,
-                tempfile::tempfile_in(dir).map_err(|e| Error::io_at(dir, e))?,
-            ),
+            file: BufWriter::with_capacity(1 << 16, tempfile::tempfile_in(dir)?),
         })
     }
 
@@ -554,6 +551,16 @@ impl Writer {
             )));
         }
         let lock = claim(path, options.overwrite)?;
+        Writer::create_claimed(path, lock, header, options).map_err(|e| located_io(path, e))
+    }
+
+    /// The rest of [`Writer::create`], once `lock` holds the file.
+    fn create_claimed(
+        path: &Path,
+        lock: File,
+        header: Header,
+        options: WriterOptions,
+    ) -> Result<Writer> {
         // LMDB gives a new environment the system's page size; one whose
         // file already holds meta pages keeps theirs. So the two meta pages
         // of an empty environment are written first, with our page size.
