@@ -30,6 +30,28 @@ fn mrec(args: &[&str]) -> (Option<i32>, String, String) {
     )
 }
 
+/// Limits each file `command`'s process writes to `bytes` (RLIMIT_FSIZE),
+/// with SIGXFSZ ignored so that a write past the limit fails with EFBIG
+/// instead of killing the process: a full disk that needs no mount.
+fn limit_file_size(command: &mut Command, bytes: u64) {
+    // SAFETY: between fork and exec the closure only calls signal and
+    // setrlimit, both async-signal-safe, on values on its own stack.
+    unsafe {
+        command.pre_exec(move || {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let limit = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+}
+
 fn fixture(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../fixtures/collection")
@@ -78,24 +100,7 @@ fn a_write_that_runs_out_of_room_names_the_file() {
     let out_path = dir.join("c.mrec.lmdb");
     let mut command = Command::new(MREC);
     command.arg("write").arg(&model).arg(&out_path);
-    // SAFETY: between fork and exec the closure only calls signal and
-    // setrlimit, both async-signal-safe, on values on its own stack.
-    unsafe {
-        command.pre_exec(|| {
-            // Ignored, SIGXFSZ makes a write past the limit fail with EFBIG
-            // instead of killing the process.
-            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-            let limit = libc::rlimit {
-                rlim_cur: 256 << 10,
-                rlim_max: 256 << 10,
-            };
-            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) == 0 {
-                Ok(())
-            } else {
-                Err(std::io::Error::last_os_error())
-            }
-        });
-    }
+    limit_file_size(&mut command, 256 << 10);
     let out = command.output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
@@ -202,21 +207,7 @@ fn bench_refuses_more_records_than_the_disk_holds_before_it_runs() {
     ] {
         let mut command = Command::new(MREC);
         command.args(["bench", "--quiet", "--records", records]);
-        // SAFETY: between fork and exec the closure only calls setrlimit,
-        // which is async-signal-safe, on a struct on its own stack.
-        unsafe {
-            command.pre_exec(|| {
-                let limit = libc::rlimit {
-                    rlim_cur: 64 << 20,
-                    rlim_max: 64 << 20,
-                };
-                if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) == 0 {
-                    Ok(())
-                } else {
-                    Err(std::io::Error::last_os_error())
-                }
-            });
-        }
+        limit_file_size(&mut command, 64 << 20);
         let out = command.output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(3), "{records}: {stderr}");
