@@ -46,6 +46,26 @@ pub const MAGIC: [u8; 4] = *b"MRF1";
 /// larger is refused with [`Clause::FrameHeaderBounds`].
 pub const MAX_HEADER_LEN: u32 = 64 << 20;
 
+/// Refuses an encoded value (one [`encode`] wrote) whose header is longer
+/// than [`MAX_HEADER_LEN`]: the writer's side of the bound, so that it
+/// never commits a value that [`decode`] then refuses.
+pub(crate) fn check_written_header(value: &[u8]) -> Result<()> {
+    let header_len = value
+        .get(4..8)
+        .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    if header_len > MAX_HEADER_LEN {
+        return Err(Error::refused(
+            Clause::FrameHeaderBounds,
+            "header",
+            format!(
+                "the header would be {header_len} bytes, over the limit of {MAX_HEADER_LEN} \
+                 that readers hold (string columns and meta documents live in the header)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The non-block parts of a frame header.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct FrameInfo {
@@ -131,7 +151,8 @@ pub enum ColumnBytes<'a> {
 /// # Panics
 ///
 /// Only if the header exceeds `u32::MAX` bytes. A header above
-/// [`MAX_HEADER_LEN`] is written but [`decode`] refuses it.
+/// [`MAX_HEADER_LEN`] is written but [`decode`] refuses it (the writer
+/// refuses such a frame instead of committing it).
 pub fn encode(
     blocks: &BTreeMap<String, Block>,
     info: &FrameInfo,

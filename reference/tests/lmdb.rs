@@ -902,3 +902,143 @@ fn records_read_alike(path: &Path) {
         }
     }
 }
+
+/// A string column of `n` strings of `len` bytes each.
+fn long_strings(n: usize, len: usize) -> Value {
+    json!({"dtype": "string", "shape": [n], "values": vec!["s".repeat(len); n]})
+}
+
+/// The records of a canonical JSON collection, in the model.
+fn records_of(records: Vec<Value>) -> Vec<molrec::model::Record> {
+    let c = json!({"meta": {"units": {"length": "angstrom"}}, "records": records});
+    collection_from_json(&c).unwrap().records
+}
+
+/// A frame whose header would pass the readers' 64 MiB bound (string
+/// columns live in the header) is refused with `mrf1.header-bounds` at
+/// append, where it used to be written into a file its own reader then
+/// refused. A refused record, its system's header or its first frame's,
+/// leaves the writer as it was: the file holds the other records, and the
+/// declaration derived from the records has nothing of the refused one.
+#[test]
+fn a_header_past_the_readers_bound_is_refused_at_append_and_the_writer_goes_on() {
+    let water = water_collection(2)["records"].as_array().unwrap().clone();
+    let too_long = long_strings(65, 1 << 20);
+    let refused = records_of(vec![
+        json!({"system": {"blocks": {"atoms": {"count": 65, "columns": {"name": too_long}}}}}),
+        json!({"trajectory": {"frames": [{"step": 0, "meta": {"pe": -1.0}, "blocks": {
+            "labels": {"count": 65, "columns": {"tag": too_long}}}}]}}),
+    ]);
+    let path = scratch_file("lmdb-test", "header-bound");
+    let expected_path = scratch_file("lmdb-test", "header-bound-expected");
+    let header = collection_from_json(&water_collection(0)).unwrap().header;
+    write_collection(
+        &expected_path,
+        collection_from_json(&water_collection(2)).unwrap(),
+        WriterOptions::default(),
+    )
+    .unwrap();
+
+    let mut writer = Writer::create(&path, header, WriterOptions::default()).unwrap();
+    let mut good = records_of(water).into_iter();
+    writer.append(good.next().unwrap()).unwrap();
+    for (record, at) in refused.into_iter().zip([
+        "records[1].system.header",
+        "records[1].trajectory.frames[0].header",
+    ]) {
+        match writer.append(record) {
+            Err(Error::Refused {
+                clause,
+                at: found,
+                detail,
+            }) => {
+                assert_eq!(clause, Clause::FrameHeaderBounds, "{detail}");
+                assert_eq!(found, at);
+                assert!(detail.contains("over the limit of 67108864"), "{detail}");
+            }
+            other => panic!("expected a refusal at {at}, got {other:?}"),
+        }
+    }
+    writer.append(good.next().unwrap()).unwrap();
+    writer.finish(Default::default()).unwrap();
+    let read = |p: &Path| collection_to_json(&Reader::open(p).unwrap().read_collection().unwrap());
+    assert_eq!(read(&path), read(&expected_path));
+    assert!(Reader::open(&path).unwrap().violations().is_empty());
+}
+
+/// A frame refused on its header's length after earlier frames of its
+/// record were committed (a batch of 1 KiB commits every frame) cannot be
+/// taken back: the writer stops, refuses every later call, and the file
+/// stays uncommitted.
+#[test]
+fn a_header_past_the_bound_after_a_commit_stops_the_writer() {
+    let record = records_of(vec![json!({"trajectory": {"frames": [
+        {"step": 0, "blocks": {"labels": {"count": 4, "columns": {"tag": long_strings(4, 300)}}}},
+        {"step": 1, "blocks": {"labels": {"count": 65, "columns": {"tag": long_strings(65, 1 << 20)}}}}
+    ]}})]);
+    let path = scratch_file("lmdb-test", "header-bound-stop");
+    let header = collection_from_json(&water_collection(0)).unwrap().header;
+    let options = WriterOptions {
+        batch_bytes: 1024,
+        ..WriterOptions::default()
+    };
+    let mut writer = Writer::create(&path, header, options).unwrap();
+    let err = writer
+        .append(record.into_iter().next().unwrap())
+        .unwrap_err();
+    assert_eq!(err.clause(), Some(Clause::FrameHeaderBounds), "{err}");
+    assert!(
+        err.to_string()
+            .contains("records[0].trajectory.frames[1].header"),
+        "{err}"
+    );
+    let water = records_of(water_collection(1)["records"].as_array().unwrap().clone());
+    let again = writer
+        .append(water.into_iter().next().unwrap())
+        .unwrap_err();
+    assert!(
+        again
+            .to_string()
+            .contains("the writer stopped, and the file stays uncommitted: records[0]"),
+        "{again}"
+    );
+    let at_finish = writer.finish(Default::default()).unwrap_err();
+    assert!(
+        at_finish.to_string().contains("the writer stopped"),
+        "{at_finish}"
+    );
+    assert!(matches!(Reader::open(&path), Err(Error::Uncommitted)));
+}
+
+/// A record the model rules refuse after its declaration merged with the
+/// others' (here a row reference past its target's rows) leaves the
+/// derived declaration as it was: the block only it declared is not in the
+/// file's `sequence_schema`. It used to be.
+#[test]
+fn a_record_refused_by_the_model_rules_adds_nothing_to_the_derived_declaration() {
+    let water = water_collection(2)["records"].as_array().unwrap().clone();
+    let bad = records_of(vec![
+        json!({"trajectory": {"frames": [{"step": 0, "meta": {"pe": -1.0},
+        "blocks": {"atoms": atoms(&[0.0, 1.0, 2.0]), "bonds": {"count": 1, "columns": {
+            "atomi": {"dtype": "u64", "shape": [1], "values": [7]},
+            "atomj": {"dtype": "u64", "shape": [1], "values": [0]}}}}}]}}),
+    ]);
+    let path = scratch_file("lmdb-test", "refused-declaration");
+    let expected_path = scratch_file("lmdb-test", "refused-declaration-expected");
+    write_collection(
+        &expected_path,
+        collection_from_json(&water_collection(2)).unwrap(),
+        WriterOptions::default(),
+    )
+    .unwrap();
+    let header = collection_from_json(&water_collection(0)).unwrap().header;
+    let mut writer = Writer::create(&path, header, WriterOptions::default()).unwrap();
+    let mut good = records_of(water).into_iter();
+    writer.append(good.next().unwrap()).unwrap();
+    let err = writer.append(bad.into_iter().next().unwrap()).unwrap_err();
+    assert_eq!(err.clause(), Some(Clause::RowReferenceRange), "{err}");
+    writer.append(good.next().unwrap()).unwrap();
+    writer.finish(Default::default()).unwrap();
+    let read = |p: &Path| collection_to_json(&Reader::open(p).unwrap().read_collection().unwrap());
+    assert_eq!(read(&path), read(&expected_path));
+}

@@ -30,8 +30,11 @@ use super::{
     frame_key, lmdb_error, record_key, system_key, Db, FF_KEY, INDEX_KEY, LAYOUT, LAYOUT_VERSION,
     META_KEY,
 };
+use crate::clause::Clause;
 use crate::error::{Error, Result};
-use crate::frame_bytes::{encode, encode_append, encode_update, BlocksText, FrameInfo};
+use crate::frame_bytes::{
+    check_written_header, encode, encode_append, encode_update, BlocksText, FrameInfo,
+};
 use crate::model::*;
 use crate::validate;
 use heed::{Env, EnvFlags, EnvOpenOptions, MdbError, PutFlags, WithoutTls};
@@ -103,8 +106,14 @@ pub struct Writer {
     has_trajectory: Vec<bool>,
     total_frames: u64,
     scratch: Vec<u8>,
+    /// The system frame of the record being encoded, spilled once the
+    /// whole record is.
+    system_value: Vec<u8>,
     /// The `blocks` text of the last frame written.
     blocks_text: BlocksText,
+    /// Why the writer stopped taking records: a record was refused after
+    /// part of it was committed (see [`Writer::append`]).
+    stopped: Option<String>,
 }
 
 /// The database side of the writer: the batch being filled, and a thread
@@ -117,6 +126,9 @@ struct Sink {
     /// The other batch, when it is not being committed.
     spare: Option<Batch>,
     batch_bytes: usize,
+    /// Batches handed to the committer so far: while it is unchanged, what
+    /// was buffered since can still be taken back.
+    commits: u64,
     jobs: Option<mpsc::Sender<Job>>,
     done: mpsc::Receiver<Result<Done>>,
     committer: Option<std::thread::JoinHandle<()>>,
@@ -273,6 +285,7 @@ impl Sink {
             batch: Batch::with_capacity(batch_bytes),
             spare: Some(Batch::with_capacity(batch_bytes)),
             batch_bytes,
+            commits: 0,
             jobs: Some(jobs),
             done,
             committer: Some(handle),
@@ -290,6 +303,7 @@ impl Sink {
             None => self.committed()?,
         };
         let full = std::mem::replace(&mut self.batch, next);
+        self.commits += 1;
         self.send(Job::Commit(full))
     }
 
@@ -595,7 +609,9 @@ impl Writer {
             has_trajectory: Vec::new(),
             total_frames: 0,
             scratch: Vec::new(),
+            system_value: Vec::new(),
             blocks_text: BlocksText::default(),
+            stopped: None,
         };
         if let Some(ff) = header.forcefield {
             let info = FrameInfo {
@@ -604,6 +620,7 @@ impl Writer {
             };
             let mut value = Vec::new();
             encode(&ff.tables, &info, false, &mut value);
+            check_written_header(&value).map_err(|e| e.within("forcefield"))?;
             writer.forcefield = Some(value);
         }
         Ok(writer)
@@ -619,42 +636,66 @@ impl Writer {
         self.total_frames
     }
 
-    /// Validates and writes one record. An operating-system error (a full
-    /// disk) names the file.
+    /// Validates and writes one record. A refused record leaves the writer
+    /// as it was (the next record takes its place), with one exception: a
+    /// frame whose header would pass [`crate::frame_bytes::MAX_HEADER_LEN`]
+    /// after earlier frames of its record were committed stops the writer,
+    /// which then refuses every call (the file stays uncommitted). An
+    /// operating-system error (a full disk) names the file.
     pub fn append(&mut self, record: Record) -> Result<()> {
         self.append_record(record)
             .map_err(|e| located_io(&self.path, e))
     }
 
     fn append_record(&mut self, mut record: Record) -> Result<()> {
+        self.check_running()?;
         let r = self.records();
         let at = format!("records[{r}]");
-        let schema = match &self.given_schema {
-            Some(s) => s,
-            None => {
-                if let Some(traj) = &record.trajectory {
-                    let tat = format!("{at}.trajectory");
-                    let decl = validate::record_declaration(traj, &tat)?;
-                    // Merge into a copy: a refused record leaves the declaration as it was.
-                    let mut merged = self.derived_schema.clone();
-                    merged.merge(&decl, &tat)?;
-                    self.derived_schema = merged;
-                }
-                self.derived_schema.schema()
+        // Merged into a copy, kept once the record is written: a refused
+        // record leaves the declaration as it was.
+        let merged = match (&self.given_schema, &record.trajectory) {
+            (None, Some(traj)) => {
+                let tat = format!("{at}.trajectory");
+                let decl = validate::record_declaration(traj, &tat)?;
+                let mut merged = self.derived_schema.clone();
+                merged.merge(&decl, &tat)?;
+                Some(merged)
             }
+            _ => None,
+        };
+        let schema = match (&self.given_schema, &merged) {
+            (Some(given), _) => given,
+            (None, Some(merged)) => merged.schema(),
+            (None, None) => self.derived_schema.schema(),
         };
         validate::prepare_record(&mut record, schema, &at)?;
-        self.encode_record(r, record)
+        self.encode_record(r, record).map_err(|e| e.within(&at))?;
+        if let Some(merged) = merged {
+            self.derived_schema = merged;
+        }
+        Ok(())
     }
 
-    fn encode_record(&mut self, r: u64, record: Record) -> Result<()> {
-        if !record.meta.is_empty() {
-            self.scratch.clear();
-            serde_json::to_writer(&mut self.scratch, &record.meta)
-                .map_err(|e| Error::Lmdb(e.to_string()))?;
-            self.record_spill.push(r, &self.scratch)?;
+    /// Refuses every call once the writer has stopped.
+    fn check_running(&self) -> Result<()> {
+        match &self.stopped {
+            Some(why) => Err(Error::refused(
+                Clause::FrameHeaderBounds,
+                "",
+                format!("the writer stopped, and the file stays uncommitted: {why}"),
+            )),
+            None => Ok(()),
         }
+    }
+
+    /// Encodes a record the model rules accepted: its frames into the
+    /// batch, then its meta and system into the spills, so that a frame
+    /// refused on its header's length (paths relative to the record) is
+    /// taken back whole while the batch still holds the record's first
+    /// frame, and otherwise stops the writer.
+    fn encode_record(&mut self, r: u64, record: Record) -> Result<()> {
         let mut n_atoms = None;
+        let has_system = record.system.is_some();
         if let Some(system) = record.system {
             n_atoms = Some(system.blocks.get("atoms").map_or(0, |b| b.count));
             let info = FrameInfo {
@@ -663,9 +704,14 @@ impl Writer {
                 cell: system.cell.map(Box::new),
                 ..FrameInfo::default()
             };
-            encode(&system.blocks, &info, true, &mut self.scratch);
-            self.system_spill.push(r, &self.scratch)?;
+            encode(&system.blocks, &info, true, &mut self.system_value);
+            check_written_header(&self.system_value).map_err(|e| e.within("system"))?;
         }
+        let start = (
+            self.sink.commits,
+            self.sink.batch.entries.len(),
+            self.sink.batch.data.len(),
+        );
         let mut frames = 0u64;
         let has_trajectory = record.trajectory.is_some();
         if let Some(traj) = record.trajectory {
@@ -724,6 +770,7 @@ impl Writer {
                     && written()
                         .zip(&last_written)
                         .all(|((name, _, s), last)| name == last && s.is_some_and(|s| s.layout));
+                let value_start = self.sink.batch.data.len();
                 text_kept = encode_update(
                     written().map(|(name, block, _)| (name, block)),
                     &info,
@@ -731,6 +778,19 @@ impl Writer {
                     Some((&mut self.blocks_text, reuse)),
                     &mut self.sink.batch.data,
                 );
+                if let Err(e) = check_written_header(&self.sink.batch.data[value_start..]) {
+                    let e = e.within(&format!("trajectory.frames[{frames}]"));
+                    let (commits, entries, data) = start;
+                    if self.sink.commits == commits {
+                        self.sink.batch.entries.truncate(entries);
+                        self.sink.batch.data.truncate(data);
+                    } else {
+                        self.stopped = Some(format!("records[{r}]: {e}"));
+                    }
+                    // The next record's first frame restates its text.
+                    self.blocks_text = BlocksText::default();
+                    return Err(e);
+                }
                 if !reuse {
                     last_written.clear();
                     last_written.extend(written().map(|(name, _, _)| name.to_string()));
@@ -749,6 +809,15 @@ impl Writer {
                 frames += 1;
             }
         }
+        if !record.meta.is_empty() {
+            self.scratch.clear();
+            serde_json::to_writer(&mut self.scratch, &record.meta)
+                .map_err(|e| Error::Lmdb(e.to_string()))?;
+            self.record_spill.push(r, &self.scratch)?;
+        }
+        if has_system {
+            self.system_spill.push(r, &self.system_value)?;
+        }
         self.n_frames.push(frames);
         self.n_atoms.push(n_atoms.unwrap_or(0));
         self.has_trajectory.push(has_trajectory);
@@ -766,6 +835,7 @@ impl Writer {
     }
 
     fn finish_file(mut self, mut index: BTreeMap<String, Column>) -> Result<()> {
+        self.check_running()?;
         let n = self.records();
         validate::prepare_index(&mut index, n)?;
         let mut first = Vec::with_capacity(self.n_frames.len());
@@ -802,12 +872,15 @@ impl Writer {
         // Encoded straight into the batch, as frames are: the index grows
         // with the records, and a copy of it in `scratch` as well would
         // make the writer's peak grow twice as fast.
+        let index_start = self.sink.batch.data.len();
         encode_append(
             std::iter::once(("records", &block)),
             &FrameInfo::default(),
             true,
             &mut self.sink.batch.data,
         );
+        check_written_header(&self.sink.batch.data[index_start..])
+            .map_err(|e| e.within("index"))?;
         // Freed before the batch may be committed, which lowers the peak.
         drop(block);
         self.sink.closed(INDEX_KEY)?;
