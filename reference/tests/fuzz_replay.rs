@@ -34,9 +34,19 @@ fn fuzz_targets_build_and_pass_their_seeds_and_regressions() {
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let fuzz = root.join("fuzz");
+    // `--locked`: `fuzz/Cargo.lock` is committed, and a dependency added to
+    // the reference must reach it too (`cargo update --manifest-path
+    // fuzz/Cargo.toml -p molrec-reference`), or it silently goes stale.
     cargo(
         &root,
-        &["build", "--release", "-q", "--bins", "--manifest-path"],
+        &[
+            "build",
+            "--release",
+            "-q",
+            "--locked",
+            "--bins",
+            "--manifest-path",
+        ],
         &fuzz.join("Cargo.toml"),
     );
     let seeds = std::env::temp_dir().join(format!("molrec-fuzz-seeds-{}", std::process::id()));
