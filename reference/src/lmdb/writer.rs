@@ -787,8 +787,6 @@ impl Writer {
                     } else {
                         self.stopped = Some(format!("records[{r}]: {e}"));
                     }
-                    // The next record's first frame restates its text.
-                    self.blocks_text = BlocksText::default();
                     return Err(e);
                 }
                 if !reuse {
