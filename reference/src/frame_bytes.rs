@@ -148,11 +148,9 @@ pub enum ColumnBytes<'a> {
 /// The header is written by hand, byte for byte what `serde_json` writes
 /// for it ([`encode_reference`], the serde encoder, is kept to prove it).
 ///
-/// # Panics
-///
-/// Only if the header exceeds `u32::MAX` bytes. A header above
-/// [`MAX_HEADER_LEN`] is written but [`decode`] refuses it (the writer
-/// refuses such a frame instead of committing it).
+/// A header above [`MAX_HEADER_LEN`] is written but [`decode`] refuses it
+/// (the writer refuses such a frame instead of committing it); one past
+/// `u32::MAX` bytes has `u32::MAX` as its length, refused alike.
 pub fn encode(
     blocks: &BTreeMap<String, Block>,
     info: &FrameInfo,
@@ -176,9 +174,7 @@ pub fn encode(
 /// `blocks` must yield distinct names in ascending order (as a `BTreeMap`
 /// iterates, possibly filtered); it is walked twice, header then payload.
 ///
-/// # Panics
-///
-/// As [`encode`].
+/// Headers too long for readers are written as by [`encode`].
 pub(crate) fn encode_append<'a, I>(
     blocks: I,
     info: &FrameInfo,
@@ -246,7 +242,9 @@ where
         None => write_blocks(blocks.clone(), with_precision, out),
     };
     write_header_tail(info, out);
-    let header_len = u32::try_from(out.len() - start - 8).expect("frame header larger than 4 GiB");
+    // A header past 4 GiB is recorded as u32::MAX: over MAX_HEADER_LEN, so
+    // every reader (and the writer's check) refuses the value.
+    let header_len = u32::try_from(out.len() - start - 8).unwrap_or(u32::MAX);
     out[start + 4..start + 8].copy_from_slice(&header_len.to_le_bytes());
     pad8(out, start);
     out.reserve(usize::try_from(payload_len).unwrap_or(0));
