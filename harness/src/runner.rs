@@ -290,16 +290,12 @@ fn write_refusal(
         Ok(f) => f,
         Err(e) => return (Verdict::Error, e, None),
     };
-    match imp.write(&fixture, path) {
-        Outcome::Done(()) => (
-            Verdict::Fail,
-            "wrote a collection it must refuse".into(),
-            None,
-        ),
-        Outcome::Refused { message, clause } => refusal(case, message, clause),
-        Outcome::Unsupported => (Verdict::Unsupported, "does not write".into(), None),
-        Outcome::Error(e) => (Verdict::Error, e, None),
-    }
+    expect_refusal(
+        case,
+        imp.write(&fixture, path),
+        "wrote a collection it must refuse",
+        "does not write",
+    )
 }
 
 fn read_refusal(
@@ -311,14 +307,27 @@ fn read_refusal(
     if let Err(decided) = build_recipe(case, ctx, path) {
         return decided;
     }
-    match imp.read(path) {
-        Outcome::Done(_) => (
-            Verdict::Fail,
-            "read a malformed file without refusing it".into(),
-            None,
-        ),
+    expect_refusal(
+        case,
+        imp.read(path),
+        "read a malformed file without refusing it",
+        "does not read",
+    )
+}
+
+/// The verdict on an operation the case says must be refused: `accepted`
+/// is the failure when it was not, `unsupported` what an implementation
+/// without the operation is reported as.
+fn expect_refusal<T>(
+    case: &Case,
+    outcome: Outcome<T>,
+    accepted: &str,
+    unsupported: &str,
+) -> Decided {
+    match outcome {
+        Outcome::Done(_) => (Verdict::Fail, accepted.into(), None),
         Outcome::Refused { message, clause } => refusal(case, message, clause),
-        Outcome::Unsupported => (Verdict::Unsupported, "does not read".into(), None),
+        Outcome::Unsupported => (Verdict::Unsupported, unsupported.into(), None),
         Outcome::Error(e) => (Verdict::Error, e, None),
     }
 }
