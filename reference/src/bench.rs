@@ -1351,12 +1351,10 @@ fn check_room(dir: &Path, files: &[&Path], records: u64) -> Result<()> {
 
 /// Deletes what the run created unless asked to keep it: when the run
 /// ends, or through [`remove_files_of_runs_in_progress`] when the process
-/// is interrupted first.
+/// is interrupted first. What to delete waits in [`PENDING`] under `id`
+/// (`None` for a run that keeps its files).
 struct Cleanup {
-    id: u64,
-    files: Vec<PathBuf>,
-    dir: Option<PathBuf>,
-    keep: bool,
+    id: Option<u64>,
 }
 
 /// The files (and temporary directory) of every run in progress that does
@@ -1372,24 +1370,19 @@ fn pending() -> std::sync::MutexGuard<'static, Pending> {
 impl Cleanup {
     fn new(files: Vec<PathBuf>, dir: Option<PathBuf>, keep: bool) -> Cleanup {
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if !keep {
-            pending().insert(id, (files.clone(), dir.clone()));
+        let id = (!keep).then(|| NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        if let Some(id) = id {
+            pending().insert(id, (files, dir));
         }
-        Cleanup {
-            id,
-            files,
-            dir,
-            keep,
-        }
+        Cleanup { id }
     }
 }
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        pending().remove(&self.id);
-        if !self.keep {
-            remove_run_files(&self.files, self.dir.as_deref());
+        let run = self.id.and_then(|id| pending().remove(&id));
+        if let Some((files, dir)) = run {
+            remove_run_files(&files, dir.as_deref());
         }
     }
 }
