@@ -1255,6 +1255,21 @@ fn loadavg() -> f64 {
         .unwrap_or(f64::NAN)
 }
 
+/// A field of /proc/meminfo (`MemTotal`, `MemAvailable`, ...) in bytes.
+fn meminfo_bytes(field: &str) -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb = meminfo.lines().find_map(|l| {
+        l.strip_prefix(field)?
+            .strip_prefix(':')?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse::<u64>()
+            .ok()
+    })?;
+    Some(kb.saturating_mul(1024))
+}
+
 fn machine() -> Value {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let cpu = cpuinfo
@@ -1265,12 +1280,7 @@ fn machine() -> Value {
         })
         .unwrap_or("unknown")
         .to_string();
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let mem_bytes = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kb| kb * 1024);
+    let mem_bytes = meminfo_bytes("MemTotal");
     json!({
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         "cpu": cpu,
@@ -1325,14 +1335,7 @@ fn check_room(dir: &Path, files: &[&Path], records: u64) -> Result<()> {
             ));
         }
     }
-    let available = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines()
-                .find_map(|l| l.strip_prefix("MemAvailable:"))
-                .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .map(|kb| kb.saturating_mul(1024));
+    let available = meminfo_bytes("MemAvailable");
     if let Some(available) = available.filter(|&a| needed > a) {
         eprintln!(
             "mrec bench: the two files (about {:.1} GiB) may not stay in the page cache \
