@@ -3,6 +3,7 @@
 //! it fail (a `--json` path it cannot write, files the disk cannot hold)
 //! before it runs, not after minutes of work.
 
+use molrec::lmdb::partial_path;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -216,48 +217,134 @@ fn bench_refuses_more_records_than_the_disk_holds_before_it_runs() {
     }
 }
 
+/// An interrupted `mrec write` stops after the record it is writing,
+/// deletes its partial file and exits with 130; its output is as it was:
+/// absent, or (`--overwrite`) the collection it would replace, byte for
+/// byte.
+#[test]
+fn an_interrupted_write_leaves_its_output_as_it_was() {
+    let dir = common::scratch_dir("cli-test-interrupted-write");
+    let big = dir.join("big.json");
+    common::write_json_file(&big, &common::collection_json(30_000, 4, 0.0));
+    let small = dir.join("small.json");
+    common::write_json_file(&small, &common::collection_json(2, 2, 0.0));
+    let out = dir.join("out.mrec.lmdb");
+    let partial = partial_path(&out);
+    for overwrite in [false, true] {
+        let before = overwrite.then(|| {
+            let status = Command::new(MREC)
+                .arg("write")
+                .arg(&small)
+                .arg(&out)
+                .status()
+                .unwrap();
+            assert!(status.success());
+            std::fs::read(&out).unwrap()
+        });
+        let mut write = Command::new(MREC);
+        write
+            .arg("write")
+            .arg(&big)
+            .arg(&out)
+            .stderr(std::process::Stdio::piped());
+        if overwrite {
+            write.arg("--overwrite");
+        }
+        let child = write.spawn().unwrap();
+        let started = std::time::Instant::now();
+        while std::fs::metadata(&partial).map_or(true, |m| m.len() == 0) {
+            assert!(started.elapsed().as_secs() < 120, "no partial file");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // SAFETY: kill sends a signal to the child, which this test owns
+        // and has not waited for, so the pid is still the child's.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+        let done = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&done.stderr);
+        common::report(&format!(
+            "cli: mrec write{} interrupted {:.0} ms after it started: exit {:?}: {}",
+            if overwrite { " --overwrite" } else { "" },
+            started.elapsed().as_secs_f64() * 1e3,
+            done.status.code(),
+            stderr.trim()
+        ));
+        assert_eq!(done.status.code(), Some(130), "{stderr}");
+        assert!(stderr.contains("is as it was"), "{stderr}");
+        assert!(!partial.exists() && !common::lock_path(&partial).exists());
+        match before {
+            Some(bytes) => assert!(std::fs::read(&out).unwrap() == bytes, "the file changed"),
+            None => assert!(!out.exists()),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// An interrupted `mrec bench` deletes what it wrote (its temporary
-/// directory, both files, the `--json` file it created) and exits with 130.
+/// directory, or in a `--dir` both files and the partial file being
+/// written, and the `--json` file it created) and exits with 130.
 #[test]
 fn an_interrupted_bench_deletes_its_files() {
-    let tmp = missing_dir("interrupted");
-    std::fs::create_dir_all(&tmp).unwrap();
-    let json = tmp.join("figures.json");
-    let child = Command::new(MREC)
-        .args(["bench", "--quiet", "--records", "3000", "--json"])
-        .arg(&json)
-        .env("TMPDIR", &tmp)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Interrupt it once its file exists (the write phase).
-    let started = std::time::Instant::now();
-    let written = || {
-        std::fs::read_dir(&tmp)
-            .unwrap()
-            .flatten()
-            .any(|run| run.path().join("bench.mrec.lmdb").exists())
-    };
-    while !written() {
-        assert!(
-            started.elapsed().as_secs() < 120,
-            "no bench.mrec.lmdb in {}",
-            tmp.display()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
+    for in_dir in [false, true] {
+        let tmp = missing_dir(if in_dir {
+            "interrupted-dir"
+        } else {
+            "interrupted"
+        });
+        std::fs::create_dir_all(&tmp).unwrap();
+        let json = tmp.join("figures.json");
+        let run_dir = tmp.join("run");
+        let mut bench = Command::new(MREC);
+        bench
+            .args(["bench", "--quiet", "--records", "3000", "--json"])
+            .arg(&json)
+            .env("TMPDIR", &tmp)
+            .stderr(std::process::Stdio::piped());
+        if in_dir {
+            bench.arg("--dir").arg(&run_dir);
+        }
+        let child = bench.spawn().unwrap();
+        // Interrupt it in its write phase, once the partial file exists.
+        let started = std::time::Instant::now();
+        let writing = || {
+            std::fs::read_dir(&tmp)
+                .unwrap()
+                .flatten()
+                .any(|run| partial_path(&run.path().join("bench.mrec.lmdb")).exists())
+        };
+        while !writing() {
+            assert!(
+                started.elapsed().as_secs() < 120,
+                "no bench.mrec.lmdb.partial in {}",
+                tmp.display()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        // SAFETY: kill sends a signal to the child, which this test owns
+        // and has not waited for, so the pid is still the child's.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(130), "{stderr}");
+        assert!(stderr.contains("interrupted"), "{stderr}");
+        let mut left: Vec<_> = walk(&tmp);
+        if in_dir {
+            // The directory was asked for: it stays, empty.
+            left.retain(|p| p != &run_dir);
+        }
+        assert!(left.is_empty(), "left behind: {left:?}");
+        std::fs::remove_dir_all(&tmp).unwrap();
     }
-    // SAFETY: kill sends a signal to the child, which this test owns and
-    // has not waited for, so the pid is still the child's.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{stderr}");
-    assert!(stderr.contains("interrupted"), "{stderr}");
-    let left: Vec<_> = std::fs::read_dir(&tmp)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    assert!(left.is_empty(), "left behind: {left:?}");
-    std::fs::remove_dir(&tmp).unwrap();
+}
+
+/// Every file and directory under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(walk(&path));
+        }
+        found.push(path);
+    }
+    found
 }

@@ -2,8 +2,9 @@
 //!
 //! * 64 reader threads share one `Reader` (each its own read transaction)
 //!   and read random records while another process (`mrec write`) writes a
-//!   different file; meanwhile a poller opens that file again and again: it
-//!   sees a refusal (uncommitted) or the complete collection, nothing between.
+//!   different file; meanwhile a poller opens that file and its partial file
+//!   again and again: it sees no file, a partial file refused as
+//!   uncommitted, or the complete collection, nothing between.
 //! * A second writer on a file is refused (`Error::Busy`,
 //!   `lmdb.file.one-writer`), in process and across processes.
 //! * Read-only media: the file is put behind a read-only bind mount in a
@@ -17,7 +18,7 @@ use common::{
     assert_second_writer_refused, collection_json, lock_path, report, scratch_dir, write_json_file,
     Rng,
 };
-use molrec::lmdb::{write_collection, Reader, Writer, WriterOptions, MAX_READERS};
+use molrec::lmdb::{partial_path, write_collection, Reader, Writer, WriterOptions, MAX_READERS};
 use molrec::model_json::{collection_from_json, collection_to_json, record_to_json};
 use molrec::{Clause, Error};
 use serde_json::Value;
@@ -40,6 +41,31 @@ fn spawn_write(model: &Path, out: &Path, extra: &[&str]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
+}
+
+/// What a reader opening a file `mrec write` is writing sees.
+enum Opened {
+    /// No file (yet, or no longer: a partial file renamed to its path).
+    Absent,
+    /// A partial file before its last commit.
+    Uncommitted,
+    /// A whole collection: at the path, or in the partial file between
+    /// the last commit and the rename.
+    Complete(Box<Reader>),
+}
+
+/// Opens `path` (`partial`: a writer's partial file) while its writer may
+/// be running; anything a reader may not see there is an `Err`.
+fn open_during_write(path: &Path, partial: bool) -> Result<Opened, String> {
+    let existed = path.exists();
+    match Reader::open(path) {
+        Err(Error::Uncommitted) if partial => Ok(Opened::Uncommitted),
+        Err(Error::Io(e)) if (partial || !existed) && e.kind() == std::io::ErrorKind::NotFound => {
+            Ok(Opened::Absent)
+        }
+        Err(e) => Err(e.to_string()),
+        Ok(reader) => Ok(Opened::Complete(Box::new(reader))),
+    }
 }
 
 #[test]
@@ -108,22 +134,24 @@ fn sixty_four_reader_threads_share_one_reader_while_another_process_writes() {
                     }
                 }));
             }
-            // The poller: opens the file being written, again and again.
+            // The poller: opens the file being written and its partial
+            // file, in turn, again and again.
             let poller = s.spawn(|| {
                 let (mut uncommitted, mut complete, mut absent) = (0u64, 0u64, 0u64);
                 let mut bad = Vec::new();
                 let mut complete_json = None;
+                let other_partial = partial_path(&other);
+                let mut turn = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    let existed = other.exists();
-                    match Reader::open(&other) {
-                        Err(Error::Uncommitted) => uncommitted += 1,
-                        Err(Error::Io(e))
-                            if !existed && e.kind() == std::io::ErrorKind::NotFound =>
-                        {
-                            absent += 1
-                        }
-                        Err(e) => bad.push(format!("{e}")),
-                        Ok(r) => match r.read_collection() {
+                    turn += 1;
+                    let (path, partial) = match turn % 2 {
+                        0 => (&other, false),
+                        _ => (&other_partial, true),
+                    };
+                    match open_during_write(path, partial) {
+                        Ok(Opened::Absent) => absent += 1,
+                        Ok(Opened::Uncommitted) => uncommitted += 1,
+                        Ok(Opened::Complete(r)) => match r.read_collection() {
                             Ok(c) if c.records.len() == 3000 => {
                                 complete += 1;
                                 complete_json.get_or_insert_with(|| collection_to_json(&c));
@@ -131,6 +159,7 @@ fn sixty_four_reader_threads_share_one_reader_while_another_process_writes() {
                             Ok(c) => bad.push(format!("opened with {} records", c.records.len())),
                             Err(e) => bad.push(format!("opened, then: {e}")),
                         },
+                        Err(e) => bad.push(format!("{}: {e}", path.display())),
                     }
                     std::thread::sleep(Duration::from_micros(200));
                 }
@@ -157,8 +186,8 @@ fn sixty_four_reader_threads_share_one_reader_while_another_process_writes() {
     }
     let summary = format!(
         "concurrency: 64 threads, {} record reads, {} view passes in {:.0} ms (max_readers {MAX_READERS}); \
-         poller on the file being written: {poll_absent} not yet created, {poll_uncommitted} uncommitted, \
-         {poll_complete} complete, {} other",
+         poller on the file being written and its partial file: {poll_absent} absent, \
+         {poll_uncommitted} uncommitted, {poll_complete} complete, {} other",
         reads.load(Ordering::Relaxed),
         views.load(Ordering::Relaxed),
         elapsed.as_secs_f64() * 1e3,
@@ -210,8 +239,9 @@ fn a_second_writer_is_refused_in_process_and_across_processes() {
         write_json_file(&model, &collection_json(records, 4, 0.0));
         let path = dir.join(format!("busy{records}.mrec.lmdb"));
         let mut writer = spawn_write(&model, &path, &[]);
-        // Wait until LMDB has initialized the file: the writer's lock is held by then.
-        while std::fs::metadata(&path).map_or(true, |m| m.len() == 0)
+        // Wait until LMDB has initialized the partial file: the writer's
+        // lock is held by then.
+        while std::fs::metadata(partial_path(&path)).map_or(true, |m| m.len() == 0)
             && writer.try_wait().unwrap().is_none()
         {
             std::thread::sleep(Duration::from_millis(1));
@@ -522,34 +552,40 @@ fn a_file_in_an_immutable_directory_is_read_through_the_no_lock_fallback() {
 }
 
 /// A reader that opens a file while its writer commits batch after batch
-/// must see it as uncommitted (or, once `meta` is in, complete): never as
-/// a truncated copy, never as anything else. Opens as often as it can for
-/// the whole write.
+/// (its partial file) must see it as uncommitted (or, once `meta` is in,
+/// complete): never as a truncated copy, never as anything else; and at
+/// the path, nothing or the whole collection. Opens as often as it can for
+/// the whole write, the partial file three times in four.
 #[test]
 fn a_file_opened_while_its_writer_commits_is_uncommitted_never_truncated() {
     let dir = scratch_dir("concurrency-growing");
     let model = dir.join("big.json");
     write_json_file(&model, &collection_json(10_000, 4, 0.0));
     let path = dir.join("growing.mrec.lmdb");
+    let partial = partial_path(&path);
     let mut writer = spawn_write(&model, &path, &[]);
     let (mut absent, mut uncommitted, mut complete) = (0u64, 0u64, 0u64);
     let mut other: Vec<String> = Vec::new();
     let start = Instant::now();
+    let mut opens = 0u64;
     loop {
         let running = writer.try_wait().unwrap().is_none();
-        let existed = path.exists();
-        match Reader::open(&path) {
-            Err(Error::Uncommitted) => uncommitted += 1,
-            Err(Error::Io(e)) if !existed && e.kind() == std::io::ErrorKind::NotFound => {
-                absent += 1
-            }
-            Err(e) => other.push(e.to_string()),
-            Ok(r) => {
+        opens += 1;
+        let (file, is_partial) = match opens % 4 {
+            0 => (&path, false),
+            _ => (&partial, true),
+        };
+        let existed = file.exists();
+        match open_during_write(file, is_partial) {
+            Ok(Opened::Absent) => absent += 1,
+            Ok(Opened::Uncommitted) => uncommitted += 1,
+            Ok(Opened::Complete(r)) => {
                 complete += 1;
                 if r.n_records() != 10_000 {
                     other.push(format!("opened with {} records", r.n_records()));
                 }
             }
+            Err(e) => other.push(e),
         }
         if !running {
             break;
@@ -560,8 +596,9 @@ fn a_file_opened_while_its_writer_commits_is_uncommitted_never_truncated() {
         }
     }
     let status = writer.wait().unwrap();
+    let written = Reader::open(&path).map(|r| r.n_records());
     let summary = format!(
-        "concurrency: {} opens during a write of {:.0} ms: {absent} before the file existed, \
+        "concurrency: {} opens during a write of {:.0} ms: {absent} of no file, \
          {uncommitted} uncommitted, {complete} complete, {} other",
         absent + uncommitted + complete + other.len() as u64,
         start.elapsed().as_secs_f64() * 1e3,
@@ -570,6 +607,7 @@ fn a_file_opened_while_its_writer_commits_is_uncommitted_never_truncated() {
     report(&summary);
     let _ = std::fs::remove_dir_all(&dir);
     assert!(status.success());
+    assert!(matches!(written, Ok(10_000)), "{written:?}");
     let mut kinds: Vec<&String> = other.iter().collect();
     kinds.dedup_by(|a, b| a.split(':').next() == b.split(':').next());
     assert!(

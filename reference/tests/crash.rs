@@ -1,6 +1,8 @@
-//! Crash safety: a writer killed at any moment leaves a file that every
-//! reader refuses as uncommitted, or (killed after its last commit) the whole
-//! collection. Never a partially readable file.
+//! Crash safety: a writer killed at any moment leaves nothing at its path
+//! or the whole collection there, and in its partial file (where it writes
+//! until the collection is committed) a file every reader refuses as
+//! uncommitted or (killed after its last commit) the whole collection.
+//! Never a partially readable file.
 //!
 //! `mrec write` runs as a child process and is killed with SIGKILL at seeded
 //! random points between zero and the measured duration of an uninterrupted
@@ -13,7 +15,7 @@
 mod common;
 
 use common::{collection_json, lock_path, report, scratch_dir, write_json_file, Rng};
-use molrec::lmdb::{Reader, MAX_READERS};
+use molrec::lmdb::{partial_path, Reader, MAX_READERS};
 use molrec::model_json::{collection_from_json, collection_to_json};
 use molrec::Error;
 use serde_json::Value;
@@ -58,20 +60,21 @@ fn trials() -> usize {
 }
 
 #[test]
-fn a_killed_writer_leaves_an_uncommitted_file_or_the_whole_collection() {
+fn a_killed_writer_leaves_the_whole_collection_or_nothing_but_an_uncommitted_partial_file() {
     let dir = scratch_dir("crash");
     let source = collection_json(3000, 4, 0.0);
     let model = dir.join("collection.json");
     write_json_file(&model, &source);
     let in_memory = collection_from_json(&source).unwrap();
 
-    // The uninterrupted write: its duration, when its file appears, what it reads back as.
+    // The uninterrupted write: its duration, when its (partial) file
+    // appears, what it reads back as.
     let reference = dir.join("reference.mrec.lmdb");
     let start = Instant::now();
     let mut child = mrec_write(&model, &reference, 65536).spawn().unwrap();
     let mut appeared = None;
     let status = loop {
-        if appeared.is_none() && reference.exists() {
+        if appeared.is_none() && partial_path(&reference).exists() {
             appeared = Some(start.elapsed());
         }
         if let Some(status) = child.try_wait().unwrap() {
@@ -111,10 +114,14 @@ fn a_killed_writer_leaves_an_uncommitted_file_or_the_whole_collection() {
     let mut rng = Rng(0x0063_7261_7368);
     let writing = duration.saturating_sub(appeared).as_secs_f64();
     let (mut absent, mut uncommitted, mut complete, mut empty) = (0, 0, 0, 0);
+    // Of the complete ones, those still in the partial file (killed
+    // between the last commit and the rename).
+    let mut complete_partial = 0;
     let mut failures = Vec::new();
     let n = trials();
     for t in 0..n {
         let out = dir.join(format!("trial{t}.mrec.lmdb"));
+        let partial = partial_path(&out);
         let before_file = rng.next().is_multiple_of(8);
         let fraction = rng.unit();
         let spawned = Instant::now();
@@ -124,7 +131,7 @@ fn a_killed_writer_leaves_an_uncommitted_file_or_the_whole_collection() {
             std::thread::sleep(delay);
             format!("{:.0} ms after the start", delay.as_secs_f64() * 1e3)
         } else {
-            while !out.exists() && child.try_wait().unwrap().is_none() {
+            while !partial.exists() && !out.exists() && child.try_wait().unwrap().is_none() {
                 std::thread::sleep(Duration::from_micros(200));
             }
             let delay = Duration::from_secs_f64(writing * 1.3 * fraction);
@@ -145,18 +152,28 @@ fn a_killed_writer_leaves_an_uncommitted_file_or_the_whole_collection() {
                 "killed"
             }
         );
-        if !out.exists() {
-            absent += 1;
-            report(&format!("crash: {what}: no file yet"));
-            continue;
-        }
-        let len = std::fs::metadata(&out).unwrap().len();
+        // The path holds the whole collection or nothing; the partial
+        // file, where the path holds nothing, may also be uncommitted.
+        let (file, what) = match (out.exists(), partial.exists()) {
+            (true, true) => {
+                failures.push(format!("{what}: both the file and its partial file exist"));
+                continue;
+            }
+            (true, false) => (&out, what),
+            (false, true) => (&partial, format!("{what}: no file; its partial file")),
+            (false, false) => {
+                absent += 1;
+                report(&format!("crash: {what}: no file yet"));
+                continue;
+            }
+        };
+        let len = std::fs::metadata(file).unwrap().len();
         if len == 0 {
             empty += 1;
         }
-        match Reader::open(&out) {
-            Err(Error::Uncommitted) => {
-                let (code, stderr) = validate(&out);
+        match Reader::open(file) {
+            Err(Error::Uncommitted) if file == &partial => {
+                let (code, stderr) = validate(file);
                 if code == Some(1) && stderr.contains("lmdb.meta.required") {
                     uncommitted += 1;
                     report(&format!("crash: {what}: {len} bytes, uncommitted"));
@@ -167,7 +184,7 @@ fn a_killed_writer_leaves_an_uncommitted_file_or_the_whole_collection() {
                 }
             }
             Err(e) => failures.push(format!(
-                "{what}: {len} bytes: neither uncommitted nor complete: {e}{}",
+                "{what}: {len} bytes: neither uncommitted (a partial file) nor complete: {e}{}",
                 if len == 0 {
                     " (see a_file_left_empty_by_a_killed_writer_is_uncommitted)"
                 } else {
@@ -177,6 +194,9 @@ fn a_killed_writer_leaves_an_uncommitted_file_or_the_whole_collection() {
             Ok(reader) => match reader.read_collection() {
                 Ok(c) if collection_to_json(&c) == expected => {
                     complete += 1;
+                    if file == &partial {
+                        complete_partial += 1;
+                    }
                     report(&format!("crash: {what}: {len} bytes, complete"));
                 }
                 Ok(c) => failures.push(format!(
@@ -186,12 +206,15 @@ fn a_killed_writer_leaves_an_uncommitted_file_or_the_whole_collection() {
                 Err(e) => failures.push(format!("{what}: opened, then partially readable: {e}")),
             },
         }
-        let _ = std::fs::remove_file(&out);
-        let _ = std::fs::remove_file(lock_path(&out));
+        for f in [&out, &partial] {
+            let _ = std::fs::remove_file(f);
+            let _ = std::fs::remove_file(lock_path(f));
+        }
     }
     let summary = format!(
-        "crash: {n} trials: {uncommitted} uncommitted, {complete} complete, {absent} killed before \
-         the file existed ({empty} empty files), {} failures",
+        "crash: {n} trials: {uncommitted} uncommitted, {complete} complete ({complete_partial} of \
+         them in the partial file), {absent} killed before the file existed ({empty} empty \
+         files), {} failures",
         failures.len()
     );
     report(&summary);
@@ -199,7 +222,7 @@ fn a_killed_writer_leaves_an_uncommitted_file_or_the_whole_collection() {
     assert!(failures.is_empty(), "{failures:#?}\n{summary}");
 }
 
-/// `claim` creates the data file before LMDB writes its first pages: a
+/// `claim` creates the partial file before LMDB writes its first pages: a
 /// writer killed in between leaves an empty file, which is not a
 /// collection, so it must be refused as uncommitted like any other file
 /// without `meta` (`Error::Uncommitted`, `mrec validate` exit 1 with

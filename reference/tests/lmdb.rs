@@ -3,10 +3,10 @@
 
 mod common;
 
-use common::{assert_second_writer_refused, f64col, scratch_file};
+use common::{assert_second_writer_refused, collection_json, f64col, scratch_file};
 use heed::types::Bytes;
 use heed::{Database, EnvFlags, EnvOpenOptions};
-use molrec::lmdb::{frame_key, write_collection, Reader, Writer, WriterOptions};
+use molrec::lmdb::{frame_key, partial_path, write_collection, Reader, Writer, WriterOptions};
 use molrec::model_json::{collection_from_json, collection_to_json};
 use molrec::{Clause, Error};
 use serde_json::{json, Value};
@@ -109,9 +109,13 @@ fn many_small_transactions_read_back_whole() {
     assert_eq!(once, twice);
 }
 
+/// A writer dropped before `finish`: its partial file, which every reader
+/// refused as uncommitted while it was written, is deleted with its lock
+/// file, and nothing ever appears at the path.
 #[test]
-fn a_writer_that_never_finishes_leaves_an_uncommitted_file() {
+fn a_writer_dropped_before_finish_leaves_nothing_at_its_path() {
     let path = scratch_file("lmdb-test", "uncommitted");
+    let partial = partial_path(&path);
     let c = collection_from_json(&water_collection(20)).unwrap();
     let mut writer = Writer::create(
         &path,
@@ -126,11 +130,19 @@ fn a_writer_that_never_finishes_leaves_an_uncommitted_file() {
     for r in c.records {
         writer.append(r).unwrap();
     }
+    // In another process: heed opens a path once per process.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mrec"))
+        .arg("validate")
+        .arg(&partial)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(Clause::MetaRequired.id()), "{stderr}");
+    assert!(!path.exists());
     drop(writer);
-    match Reader::open(&path) {
-        Err(e @ Error::Uncommitted) => assert_eq!(e.clause(), Some(Clause::MetaRequired)),
-        Err(e) => panic!("expected an uncommitted refusal, got {e}"),
-        Ok(_) => panic!("an uncommitted file was opened"),
+    for gone in [&path, &partial, &common::lock_path(&partial)] {
+        assert!(!gone.exists(), "{} is left", gone.display());
     }
 }
 
@@ -161,6 +173,148 @@ fn an_existing_file_is_not_overwritten_by_default() {
     )
     .unwrap();
     assert_eq!(Reader::open(&path).unwrap().n_records(), 2);
+}
+
+/// The stdout of `mrec ARGS`, which must succeed.
+fn mrec_stdout(args: &[&std::ffi::OsStr]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mrec"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mrec {args:?}: {:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Overwriting a collection a reader has open: the reader keeps reading the
+/// old one, whole (the writer used to empty the file in place, and the
+/// reader died of SIGBUS on its next read). A reader opening the path
+/// afterwards, in another process while the first is still open, reads the
+/// new one: LMDB's readers take the last transaction's id from the lock
+/// file, so one left by the old file's readers sent them to the wrong meta
+/// page of the new one ("no `meta` key") when the two ids' parities
+/// differed. Four replacements of one to four records, in batches of 300
+/// bytes, give both parities.
+#[test]
+fn an_overwrite_leaves_the_readers_of_the_old_file_reading_it_whole() {
+    let path = scratch_file("lmdb-test", "replaced");
+    let old = collection_from_json(&collection_json(3000, 4, 0.0)).unwrap();
+    write_collection(&path, old.clone(), WriterOptions::default()).unwrap();
+    let reader = Reader::open(&path).unwrap();
+    let txn = reader.txn().unwrap();
+    assert_eq!(txn.record(2999).unwrap(), old.records[2999]);
+
+    let overwrite = WriterOptions {
+        overwrite: true,
+        batch_bytes: 300,
+        ..WriterOptions::default()
+    };
+    for n in 1..=4 {
+        write_json(&path, &collection_json(n, 4, 1.0), overwrite.clone()).unwrap();
+        let dump = mrec_stdout(&["dump".as_ref(), path.as_os_str()]);
+        let dumped: Value = serde_json::from_str(&dump).unwrap();
+        assert_eq!(dumped["records"].as_array().map(Vec::len), Some(n));
+    }
+    for (r, record) in old.records.iter().enumerate() {
+        assert_eq!(&txn.record(r as u64).unwrap(), record, "record {r}");
+    }
+    drop(txn);
+    drop(reader);
+    assert_eq!(Reader::open(&path).unwrap().n_records(), 4);
+    assert!(!partial_path(&path).exists());
+}
+
+/// An overwrite that fails (a refused record, after batches were committed)
+/// leaves the file it would have replaced byte for byte as it was, and no
+/// partial file.
+#[test]
+fn a_failed_overwrite_leaves_the_file_it_would_replace_as_it_was() {
+    let path = scratch_file("lmdb-test", "kept");
+    write_json(&path, &water_collection(3), WriterOptions::default()).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    let c = collection_from_json(&water_collection(40)).unwrap();
+    let options = WriterOptions {
+        overwrite: true,
+        batch_bytes: 512,
+        ..WriterOptions::default()
+    };
+    let mut writer = Writer::create(&path, c.header, options).unwrap();
+    for r in c.records {
+        writer.append(r).unwrap();
+    }
+    // A record with neither a system nor a trajectory.
+    let refused = writer.append(molrec::model::Record::default());
+    assert!(refused.is_err());
+    drop(writer);
+    assert!(std::fs::read(&path).unwrap() == before, "the file changed");
+    assert!(!partial_path(&path).exists());
+    assert_eq!(Reader::open(&path).unwrap().n_records(), 3);
+}
+
+/// Without `overwrite`, a file another program creates at the path while
+/// the collection is written is not replaced: `finish` says so, and where
+/// the complete collection is.
+#[test]
+fn a_file_created_at_the_path_during_the_write_is_not_replaced() {
+    let path = scratch_file("lmdb-test", "raced");
+    let c = collection_from_json(&water_collection(2)).unwrap();
+    let mut writer = Writer::create(&path, c.header, WriterOptions::default()).unwrap();
+    for r in c.records {
+        writer.append(r).unwrap();
+    }
+    std::fs::write(&path, b"someone else's").unwrap();
+    let err = writer.finish(c.index).unwrap_err();
+    let partial = partial_path(&path);
+    assert!(
+        matches!(&err, Error::Io(e) if e.kind() == std::io::ErrorKind::AlreadyExists)
+            && err.to_string().contains(&*partial.to_string_lossy()),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), b"someone else's");
+    assert_eq!(Reader::open(&partial).unwrap().n_records(), 2);
+}
+
+/// What a killed writer left in the partial file is not a collection: the
+/// next writer of the path empties it and writes its own, unless the file
+/// has another name. A path that is a directory is refused before anything
+/// is written.
+#[test]
+fn a_partial_file_left_behind_is_started_again() {
+    let path = scratch_file("lmdb-test", "restarted");
+    let partial = partial_path(&path);
+    std::fs::write(&partial, vec![7u8; 100_000]).unwrap();
+    std::fs::write(common::lock_path(&partial), b"stale").unwrap();
+    write_json(&path, &water_collection(2), WriterOptions::default()).unwrap();
+    assert_eq!(Reader::open(&path).unwrap().n_records(), 2);
+    assert!(!partial.exists() && !common::lock_path(&partial).exists());
+
+    // A partial name that is a second name of another file (as a hard link
+    // whose old name could not be removed leaves it): that file is kept.
+    let other = scratch_file("lmdb-test", "linked");
+    write_json(&other, &water_collection(1), WriterOptions::default()).unwrap();
+    let bytes = std::fs::read(&other).unwrap();
+    std::fs::hard_link(&other, &partial).unwrap();
+    let overwrite = WriterOptions {
+        overwrite: true,
+        ..WriterOptions::default()
+    };
+    write_json(&path, &water_collection(3), overwrite.clone()).unwrap();
+    assert!(
+        std::fs::read(&other).unwrap() == bytes,
+        "the linked file changed"
+    );
+    assert_eq!(Reader::open(&path).unwrap().n_records(), 3);
+
+    let dir = scratch_file("lmdb-test", "a-directory");
+    std::fs::create_dir_all(&dir).unwrap();
+    let header = collection_from_json(&water_collection(0)).unwrap().header;
+    let err = Writer::create(&dir, header, overwrite).err().unwrap();
+    assert!(err.to_string().contains("not a file"), "{err}");
+    assert!(!partial_path(&dir).exists());
 }
 
 /// Applies raw edits to a committed file through heed.
@@ -672,11 +826,12 @@ fn keys_are_appended_in_order_and_leaf_pages_fill_up() {
     assert_eq!(back.records.len(), 4000);
 }
 
-/// The values kept aside until `finish` live in unnamed temporary files:
-/// nothing is left in the collection's directory, whether the writer
-/// finishes or is dropped.
+/// The values kept aside until `finish` live in unnamed temporary files,
+/// and the collection in its partial file: nothing is left in the
+/// collection's directory but the collection, whether the writer finishes
+/// or is dropped.
 #[test]
-fn a_writer_leaves_no_file_but_the_collection_and_its_lock() {
+fn a_writer_leaves_no_file_but_the_collection() {
     let dir = scratch_file("lmdb-test", "spill-dir");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -698,19 +853,14 @@ fn a_writer_leaves_no_file_but_the_collection_and_its_lock() {
     for r in c.records.clone() {
         writer.append(r).unwrap();
     }
-    assert_eq!(listing(), ["a.mrec.lmdb", "a.mrec.lmdb-lock"]);
-    drop(writer);
-    assert_eq!(listing(), ["a.mrec.lmdb", "a.mrec.lmdb-lock"]);
-    write_collection(&dir.join("b.mrec.lmdb"), c, WriterOptions::default()).unwrap();
     assert_eq!(
         listing(),
-        [
-            "a.mrec.lmdb",
-            "a.mrec.lmdb-lock",
-            "b.mrec.lmdb",
-            "b.mrec.lmdb-lock"
-        ]
+        ["a.mrec.lmdb.partial", "a.mrec.lmdb.partial-lock"]
     );
+    drop(writer);
+    assert_eq!(listing(), Vec::<String>::new());
+    write_collection(&dir.join("b.mrec.lmdb"), c, WriterOptions::default()).unwrap();
+    assert_eq!(listing(), ["b.mrec.lmdb"]);
     assert_eq!(
         Reader::open(&dir.join("b.mrec.lmdb"))
             .unwrap()
@@ -968,8 +1118,8 @@ fn a_header_past_the_readers_bound_is_refused_at_append_and_the_writer_goes_on()
 
 /// A frame refused on its header's length after earlier frames of its
 /// record were committed (a batch of 1 KiB commits every frame) cannot be
-/// taken back: the writer stops, refuses every later call, and the file
-/// stays uncommitted.
+/// taken back: the writer stops, refuses every later call, and writes
+/// nothing at its path.
 #[test]
 fn a_header_past_the_bound_after_a_commit_stops_the_writer() {
     let record = records_of(vec![json!({"trajectory": {"frames": [
@@ -999,7 +1149,7 @@ fn a_header_past_the_bound_after_a_commit_stops_the_writer() {
     assert!(
         again
             .to_string()
-            .contains("the writer stopped, and the file stays uncommitted: records[0]"),
+            .contains("the writer stopped, and writes no collection: records[0]"),
         "{again}"
     );
     let at_finish = writer.finish(Default::default()).unwrap_err();
@@ -1007,7 +1157,7 @@ fn a_header_past_the_bound_after_a_commit_stops_the_writer() {
         at_finish.to_string().contains("the writer stopped"),
         "{at_finish}"
     );
-    assert!(matches!(Reader::open(&path), Err(Error::Uncommitted)));
+    assert!(!path.exists() && !partial_path(&path).exists());
 }
 
 /// A record the model rules refuse after its declaration merged with the

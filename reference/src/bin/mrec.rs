@@ -1,13 +1,15 @@
 //! `mrec`: write, dump, inspect and validate molrec collection files.
 
 use clap::{Parser, Subcommand};
-use molrec::lmdb::{write_collection, Reader, WriterOptions};
+use molrec::lmdb::{write_collection, Reader, Writer, WriterOptions};
+use molrec::model::Collection;
 use molrec::model_json::{collection_from_str, collection_to_json};
 use molrec::Error;
 use serde_json::{json, Value};
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU8, Ordering::SeqCst};
 
 /// mimalloc, not the system's allocator: reading a record whole makes and
 /// frees a hundred small allocations (names, strings, arrays), where
@@ -161,9 +163,45 @@ fn read_model(model: &Path) -> Result<String, Error> {
     }
 }
 
+/// `mrec write`'s state for its interrupt handler.
+static WRITE_STATE: AtomicU8 = AtomicU8::new(PARSING);
+/// Reading the model: an interrupt exits at once (nothing is written yet).
+const PARSING: u8 = 0;
+/// Appending records: an interrupt asks the loop to stop after the record
+/// it is writing, which deletes the partial file; a second one exits.
+const WRITING: u8 = 1;
+const INTERRUPTED: u8 = 2;
+
 fn write(model: &Path, out: &Path, options: WriterOptions) -> Result<(), Error> {
-    let collection = collection_from_str(&read_model(model)?)?;
-    write_collection(out, collection, options)
+    let handler = ctrlc::set_handler(|| {
+        let asked = WRITE_STATE.compare_exchange(WRITING, INTERRUPTED, SeqCst, SeqCst);
+        if asked.is_err() {
+            eprintln!("\nmrec write: interrupted");
+            std::process::exit(130);
+        }
+    });
+    if let Err(e) = handler {
+        eprintln!("mrec write: no interrupt handler ({e}): an interrupt leaves the partial file");
+    }
+    let Collection {
+        header,
+        index,
+        records,
+    } = collection_from_str(&read_model(model)?)?;
+    // Before `create`: an interrupt while it starts the partial file is
+    // seen at the first record.
+    WRITE_STATE.store(WRITING, SeqCst);
+    let mut writer = Writer::create(out, header, options)?;
+    for record in records {
+        if WRITE_STATE.load(SeqCst) == INTERRUPTED {
+            // Deletes the partial file; `out` stays as it was.
+            drop(writer);
+            eprintln!("\nmrec write: interrupted; {} is as it was", out.display());
+            std::process::exit(130);
+        }
+        writer.append(record)?;
+    }
+    writer.finish(index)
 }
 
 fn dump(file: &Path) -> Result<(), Error> {

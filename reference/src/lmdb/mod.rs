@@ -6,7 +6,8 @@ mod resolve;
 mod writer;
 
 pub use reader::{Reader, RecordTxn, ResolvedView};
-pub use writer::{write_collection, Writer, WriterOptions, DEFAULT_PAGE_SIZE};
+pub(crate) use writer::lock_path;
+pub use writer::{partial_path, write_collection, Writer, WriterOptions, DEFAULT_PAGE_SIZE};
 
 use crate::clause::Clause;
 use crate::error::{Error, Result};
@@ -148,7 +149,7 @@ pub(crate) fn open_read_env(path: &Path) -> Result<(Env<WithoutTls>, bool)> {
         ));
     }
     // On a read-only file system LMDB itself goes without the lock file.
-    let no_lock = no_lock || !writer::lock_path(path).exists();
+    let no_lock = no_lock || !lock_path(path).exists();
     Ok((env, no_lock))
 }
 

@@ -25,6 +25,15 @@
 //! little left to write, and the pages LMDB read through its map are
 //! unmapped ([`release_mapped_pages`]), so the writer's resident memory
 //! does not grow with the file.
+//!
+//! Where: the collection is written into [`partial_path`] (`<path>.partial`)
+//! under an exclusive `flock` of that file, and `finish` renames it to the
+//! path once `meta` is committed. So the path never holds part of a
+//! collection, a failed or interrupted write leaves it as it was, and an
+//! overwrite never touches a file that readers may have mapped (it is
+//! replaced, and they keep reading it whole). A writer dropped unfinished
+//! deletes its partial file; one killed leaves it, refused as uncommitted,
+//! and the next writer of the path empties it.
 
 use super::{
     frame_key, lmdb_error, record_key, system_key, Db, FF_KEY, INDEX_KEY, LAYOUT, LAYOUT_VERSION,
@@ -86,10 +95,17 @@ impl Default for WriterOptions {
     }
 }
 
-/// Writes one collection file, record after record.
+/// Writes one collection file, record after record, into
+/// [`partial_path`] until [`Writer::finish`] moves the committed collection
+/// to its path.
 pub struct Writer {
+    // The fields drop in this order: the environment closes, then an
+    // unfinished file is deleted, then the lock is released (so no other
+    // writer can have claimed the file that is deleted).
     sink: Sink,
+    partial: PartialFile,
     path: PathBuf,
+    overwrite: bool,
     // Held for the writer's life: a second writer's `try_lock` fails.
     _lock: File,
     meta: Document,
@@ -544,9 +560,41 @@ fn next_spilled(reader: &mut BufReader<File>) -> Result<Option<(u64, usize)>> {
     Ok(Some((r, len)))
 }
 
+/// The file a writer builds the collection for `path` in: `path` with
+/// `.partial` appended, in the same directory. [`Writer::finish`] renames
+/// it to `path` once the collection is committed, so `path` never holds a
+/// part of one: a reader sees no file, the complete collection, or (with
+/// `overwrite`) the file it replaces, whole, until the rename. A writer
+/// dropped before `finish` deletes it; one killed leaves it behind,
+/// uncommitted, and the next writer of `path` starts it again. An
+/// overwrite needs room for both files until the rename.
+pub fn partial_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".partial");
+    PathBuf::from(name)
+}
+
+/// The [`partial_path`] of a writer, deleted (with its lock file) when the
+/// writer is dropped before the collection in it is complete.
+struct PartialFile {
+    path: PathBuf,
+    complete: bool,
+}
+
+impl Drop for PartialFile {
+    fn drop(&mut self) {
+        if !self.complete {
+            let _ = std::fs::remove_file(&self.path);
+            let _ = std::fs::remove_file(lock_path(&self.path));
+        }
+    }
+}
+
 impl Writer {
-    /// Creates the file and checks the collection document, the declaration
-    /// (when given) and the force field.
+    /// Checks the collection document, the declaration (when given) and the
+    /// force field, and starts the file in [`partial_path`]. Refused: a
+    /// `path` that is not a file, or (without `options.overwrite`) one that
+    /// is not empty.
     pub fn create(path: &Path, mut header: Header, options: WriterOptions) -> Result<Writer> {
         validate::prepare_collection_meta(&mut header.meta)?;
         if let Some(schema) = &header.sequence_schema {
@@ -564,13 +612,24 @@ impl Writer {
                 ),
             )));
         }
-        let lock = claim(path, options.overwrite)?;
-        Writer::create_claimed(path, lock, header, options).map_err(|e| located_io(path, e))
+        check_target(path, options.overwrite)?;
+        let partial = partial_path(path);
+        let lock = claim(&partial, path)?;
+        // Holds the lock until `create_claimed` has returned: when it fails,
+        // it deletes the partial file while no other writer can claim it.
+        let _held = lock.try_clone().map_err(|e| Error::io_at(path, e))?;
+        let partial = PartialFile {
+            path: partial,
+            complete: false,
+        };
+        Writer::create_claimed(path, partial, lock, header, options)
+            .map_err(|e| located_io(path, e))
     }
 
-    /// The rest of [`Writer::create`], once `lock` holds the file.
+    /// The rest of [`Writer::create`], once `lock` holds the partial file.
     fn create_claimed(
         path: &Path,
+        partial: PartialFile,
         lock: File,
         header: Header,
         options: WriterOptions,
@@ -590,13 +649,15 @@ impl Writer {
         unsafe { env_options.flags(EnvFlags::NO_SUB_DIR | EnvFlags::NO_SYNC) };
         // SAFETY: the file was just created (or emptied) under our exclusive
         // lock; no other mapping of it is written while this Env lives.
-        let env = unsafe { env_options.open(path) }.map_err(lmdb_error)?;
+        let env = unsafe { env_options.open(&partial.path) }.map_err(lmdb_error)?;
         let mut txn = env.write_txn().map_err(lmdb_error)?;
         let db: Db = env.create_database(&mut txn, None).map_err(lmdb_error)?;
         txn.commit().map_err(lmdb_error)?;
         let mut writer = Writer {
             sink: Sink::start(env, db, lock.try_clone()?, options.batch_bytes)?,
+            partial,
             path: path.to_path_buf(),
+            overwrite: options.overwrite,
             _lock: lock,
             meta: header.meta,
             given_schema: header.sequence_schema,
@@ -640,7 +701,7 @@ impl Writer {
     /// as it was (the next record takes its place), with one exception: a
     /// frame whose header would pass [`crate::frame_bytes::MAX_HEADER_LEN`]
     /// after earlier frames of its record were committed stops the writer,
-    /// which then refuses every call (the file stays uncommitted). An
+    /// which then refuses every call (nothing reaches the path). An
     /// operating-system error (a full disk) names the file.
     pub fn append(&mut self, record: Record) -> Result<()> {
         self.append_record(record)
@@ -682,7 +743,7 @@ impl Writer {
             Some(why) => Err(Error::refused(
                 Clause::FrameHeaderBounds,
                 "",
-                format!("the writer stopped, and the file stays uncommitted: {why}"),
+                format!("the writer stopped, and writes no collection: {why}"),
             )),
             None => Ok(()),
         }
@@ -901,14 +962,70 @@ impl Writer {
         let value = serde_json::to_vec(&meta).map_err(|e| Error::Lmdb(e.to_string()))?;
         self.sink.push(META_KEY, &value)?;
         self.sink.sync()?;
-        self.sink.close()
+        self.sink.close()?;
+        // The partial file holds the whole collection now: it is never
+        // deleted, even if it cannot be moved to the path.
+        self.partial.complete = true;
+        install(&self.partial.path, &self.path, self.overwrite)
     }
 
-    /// The file being written.
+    /// The path `finish` puts the collection at.
     pub fn path(&self) -> &Path {
         &self.path
     }
 }
+
+/// Moves the committed collection in `partial` to `path`. With `overwrite`,
+/// a rename: readers that have the replaced file open keep reading it,
+/// whole (writing it in place would cut the pages they map from under
+/// them, a SIGBUS). Without, a hard link, which fails rather than replace
+/// a file created at `path` meanwhile (a rename where the file system has
+/// no hard links). Best effort last: the directory is synced, so the new
+/// name survives a power cut as the file's content does.
+fn install(partial: &Path, path: &Path, overwrite: bool) -> Result<()> {
+    let _ = std::fs::remove_file(lock_path(partial));
+    // Whatever keeps the collection from its path, it stays in `partial`.
+    let not_placed = |kind, why: String| {
+        let where_ = format!("{why}; the collection is complete in {}", partial.display());
+        Error::io_at(path, std::io::Error::new(kind, where_))
+    };
+    let occupied = || {
+        not_placed(
+            std::io::ErrorKind::AlreadyExists,
+            "another program created this file during the write".into(),
+        )
+    };
+    let rename = || std::fs::rename(partial, path).map_err(|e| not_placed(e.kind(), e.to_string()));
+    if overwrite {
+        rename()?;
+    } else {
+        match std::fs::hard_link(partial, path) {
+            // Only the second name goes: the collection is at the path.
+            Ok(()) => {
+                let _ = std::fs::remove_file(partial);
+            }
+            // An empty file is not a collection: `create` takes it as free.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                if !std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() == 0) {
+                    return Err(occupied());
+                }
+                rename()?;
+            }
+            Err(_) if path.exists() => return Err(occupied()),
+            Err(_) => rename()?,
+        }
+    }
+    // LMDB's readers take the current transaction from the lock file and
+    // pick their meta page by its parity. One left by readers of a replaced
+    // file would send new readers to the wrong meta page; without it they
+    // start a new one. Readers of the replaced file keep theirs open.
+    let _ = std::fs::remove_file(lock_path(path));
+    if let Ok(dir) = File::open(directory_of(path)) {
+        let _ = dir.sync_all();
+    }
+    Ok(())
+}
+
 /// Writes the two meta pages of an empty LMDB environment (LMDB's data
 /// format 1, as `mdb_env_init_meta` writes them) with page size `page_size`
 /// and map size `map_size` into the empty `file`: a main database and a
@@ -957,32 +1074,62 @@ fn write_empty_environment(file: &File, page_size: u32, map_size: u64) -> Result
     Ok(())
 }
 
-/// Takes the writer's exclusive lock on `path`, creating the file.
-fn claim(path: &Path, overwrite: bool) -> Result<File> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .map_err(|e| Error::io_at(path, e))?;
-    if file.try_lock().is_err() {
-        return Err(Error::Busy(format!(
+/// Refuses a `path` a collection cannot be put at: one that is not a file,
+/// or without `overwrite` a file that is not empty.
+fn check_target(path: &Path, overwrite: bool) -> Result<()> {
+    let refuse = |kind, why: &str| Err(Error::io_at(path, std::io::Error::new(kind, why)));
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => refuse(std::io::ErrorKind::AlreadyExists, "not a file"),
+        Ok(m) if m.len() > 0 && !overwrite => refuse(
+            std::io::ErrorKind::AlreadyExists,
+            "exists (pass overwrite to replace it)",
+        ),
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io_at(path, e)),
+        _ => Ok(()),
+    }
+}
+
+/// Takes the writer's exclusive lock on `partial` (creating it) and
+/// empties it: what a killed writer left there is never a collection.
+/// Busy while another writer of `target` holds it.
+fn claim(partial: &Path, target: &Path) -> Result<File> {
+    use std::os::unix::fs::MetadataExt;
+    let busy = || {
+        Error::Busy(format!(
             "{} is being written by another writer",
-            path.display()
-        )));
-    }
-    if file.metadata()?.len() > 0 {
-        if !overwrite {
-            return Err(Error::Io(std::io::Error::new(
-                std::io::ErrorKind::AlreadyExists,
-                format!("{} exists (pass overwrite to replace it)", path.display()),
-            )));
+            target.display()
+        ))
+    };
+    // A writer finishing meanwhile renames the file this one opened and
+    // then releases it: the lock taken is then on its collection, not on
+    // the partial path, and the path is opened again.
+    for _ in 0..3 {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(partial)
+            .map_err(|e| Error::io_at(target, e))?;
+        if file.try_lock().is_err() {
+            return Err(busy());
         }
-        file.set_len(0)?;
-        let _ = std::fs::remove_file(lock_path(path));
+        let held = file.metadata().map_err(|e| Error::io_at(target, e))?;
+        let named = std::fs::metadata(partial);
+        if !named.is_ok_and(|n| (n.dev(), n.ino()) == (held.dev(), held.ino())) {
+            continue;
+        }
+        // A file with another name (a collection whose partial name was
+        // left after its hard link) is not emptied: the name goes instead.
+        if held.nlink() > 1 {
+            std::fs::remove_file(partial).map_err(|e| Error::io_at(target, e))?;
+            continue;
+        }
+        file.set_len(0).map_err(|e| Error::io_at(target, e))?;
+        let _ = std::fs::remove_file(lock_path(partial));
+        return Ok(file);
     }
-    Ok(file)
+    Err(busy())
 }
 
 /// `e`, naming `path` if it is an operating-system error (which, unlike a
