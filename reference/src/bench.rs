@@ -722,7 +722,6 @@ fn write_peer(
     })
 }
 
-/// Removes an LMDB file and its lock file, if present.
 /// Deletes an LMDB file, its lock file and those of a write in progress.
 fn remove_lmdb(path: &Path) {
     let partial = crate::lmdb::partial_path(path);
