@@ -724,11 +724,8 @@ fn write_peer(
 
 /// Deletes an LMDB file, its lock file and those of a write in progress.
 fn remove_lmdb(path: &Path) {
-    let partial = crate::lmdb::partial_path(path);
-    for file in [path, partial.as_path()] {
-        let _ = std::fs::remove_file(file);
-        let _ = std::fs::remove_file(crate::lmdb::lock_path(file));
-    }
+    crate::lmdb::remove_with_lock_file(path);
+    crate::lmdb::remove_with_lock_file(&crate::lmdb::partial_path(path));
 }
 
 // ---------------------------------------------------------------------------

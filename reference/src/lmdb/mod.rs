@@ -66,6 +66,13 @@ pub(crate) fn lmdb_error(e: heed::Error) -> Error {
     }
 }
 
+/// Deletes a `NO_SUB_DIR` environment's file and its lock file, where
+/// they exist.
+pub(crate) fn remove_with_lock_file(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    let _ = std::fs::remove_file(lock_path(path));
+}
+
 /// The bytes an unprivileged process may still write on `dir`'s file system.
 #[cfg(target_os = "linux")]
 pub(crate) fn free_bytes(dir: &Path) -> Option<u64> {

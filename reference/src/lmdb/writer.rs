@@ -103,9 +103,7 @@ pub struct Writer {
     // unfinished file is deleted, then the lock is released (so no other
     // writer can have claimed the file that is deleted).
     sink: Sink,
-    partial: PartialFile,
-    path: PathBuf,
-    overwrite: bool,
+    output: Output,
     // Held for the writer's life: a second writer's `try_lock` fails.
     _lock: File,
     meta: Document,
@@ -574,18 +572,19 @@ pub fn partial_path(path: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// The [`partial_path`] of a writer, deleted (with its lock file) when the
-/// writer is dropped before the collection in it is complete.
-struct PartialFile {
+/// Where a writer puts its collection: `path`, by way of its
+/// [`partial_path`], which is deleted (with its lock file) when the writer
+/// is dropped before the collection in it is complete.
+struct Output {
     path: PathBuf,
+    overwrite: bool,
     complete: bool,
 }
 
-impl Drop for PartialFile {
+impl Drop for Output {
     fn drop(&mut self) {
         if !self.complete {
-            let _ = std::fs::remove_file(&self.path);
-            let _ = std::fs::remove_file(lock_path(&self.path));
+            super::remove_with_lock_file(&partial_path(&self.path));
         }
     }
 }
@@ -613,23 +612,21 @@ impl Writer {
             )));
         }
         check_target(path, options.overwrite)?;
-        let partial = partial_path(path);
-        let lock = claim(&partial, path)?;
+        let lock = claim(&partial_path(path), path)?;
         // Holds the lock until `create_claimed` has returned: when it fails,
         // it deletes the partial file while no other writer can claim it.
         let _held = lock.try_clone().map_err(|e| Error::io_at(path, e))?;
-        let partial = PartialFile {
-            path: partial,
+        let output = Output {
+            path: path.to_path_buf(),
+            overwrite: options.overwrite,
             complete: false,
         };
-        Writer::create_claimed(path, partial, lock, header, options)
-            .map_err(|e| located_io(path, e))
+        Writer::create_claimed(output, lock, header, options).map_err(|e| located_io(path, e))
     }
 
     /// The rest of [`Writer::create`], once `lock` holds the partial file.
     fn create_claimed(
-        path: &Path,
-        partial: PartialFile,
+        output: Output,
         lock: File,
         header: Header,
         options: WriterOptions,
@@ -638,7 +635,7 @@ impl Writer {
         // file already holds meta pages keeps theirs. So the two meta pages
         // of an empty environment are written first, with our page size.
         write_empty_environment(&lock, options.page_size, 64 << 20)?;
-        let dir = directory_of(path);
+        let dir = directory_of(&output.path);
         let record_spill = Spill::new(dir)?;
         let system_spill = Spill::new(dir)?;
         let mut env_options = EnvOpenOptions::new().read_txn_without_tls();
@@ -649,15 +646,13 @@ impl Writer {
         unsafe { env_options.flags(EnvFlags::NO_SUB_DIR | EnvFlags::NO_SYNC) };
         // SAFETY: the file was just created (or emptied) under our exclusive
         // lock; no other mapping of it is written while this Env lives.
-        let env = unsafe { env_options.open(&partial.path) }.map_err(lmdb_error)?;
+        let env = unsafe { env_options.open(partial_path(&output.path)) }.map_err(lmdb_error)?;
         let mut txn = env.write_txn().map_err(lmdb_error)?;
         let db: Db = env.create_database(&mut txn, None).map_err(lmdb_error)?;
         txn.commit().map_err(lmdb_error)?;
         let mut writer = Writer {
             sink: Sink::start(env, db, lock.try_clone()?, options.batch_bytes)?,
-            partial,
-            path: path.to_path_buf(),
-            overwrite: options.overwrite,
+            output,
             _lock: lock,
             meta: header.meta,
             given_schema: header.sequence_schema,
@@ -705,7 +700,7 @@ impl Writer {
     /// operating-system error (a full disk) names the file.
     pub fn append(&mut self, record: Record) -> Result<()> {
         self.append_record(record)
-            .map_err(|e| located_io(&self.path, e))
+            .map_err(|e| located_io(&self.output.path, e))
     }
 
     fn append_record(&mut self, mut record: Record) -> Result<()> {
@@ -889,7 +884,7 @@ impl Writer {
     /// values, syncs, then writes `meta` in the last transaction and syncs.
     /// An operating-system error (a full disk) names the file.
     pub fn finish(self, index: BTreeMap<String, Column>) -> Result<()> {
-        let path = self.path.clone();
+        let path = self.output.path.clone();
         self.finish_file(index).map_err(|e| located_io(&path, e))
     }
 
@@ -965,13 +960,13 @@ impl Writer {
         self.sink.close()?;
         // The partial file holds the whole collection now: it is never
         // deleted, even if it cannot be moved to the path.
-        self.partial.complete = true;
-        install(&self.partial.path, &self.path, self.overwrite)
+        self.output.complete = true;
+        install(&self.output)
     }
 
     /// The path `finish` puts the collection at.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.output.path
     }
 }
 
@@ -982,7 +977,8 @@ impl Writer {
 /// a file created at `path` meanwhile (a rename where the file system has
 /// no hard links). Best effort last: the directory is synced, so the new
 /// name survives a power cut as the file's content does.
-fn install(partial: &Path, path: &Path, overwrite: bool) -> Result<()> {
+fn install(output: &Output) -> Result<()> {
+    let (path, partial) = (&output.path, &partial_path(&output.path));
     let _ = std::fs::remove_file(lock_path(partial));
     // Whatever keeps the collection from its path, it stays in `partial`.
     let not_placed = |kind, why: String| {
@@ -996,7 +992,7 @@ fn install(partial: &Path, path: &Path, overwrite: bool) -> Result<()> {
         )
     };
     let rename = || std::fs::rename(partial, path).map_err(|e| not_placed(e.kind(), e.to_string()));
-    if overwrite {
+    if output.overwrite {
         rename()?;
     } else {
         match std::fs::hard_link(partial, path) {
