@@ -3,6 +3,7 @@
 //! it fail (a `--json` path it cannot write, files the disk cannot hold)
 //! before it runs, not after minutes of work.
 
+use common::mrec;
 use molrec::lmdb::partial_path;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -19,16 +20,6 @@ fn missing_dir(name: &str) -> PathBuf {
         .join(name);
     assert!(!dir.exists());
     dir
-}
-
-/// Runs `mrec` with `args`: the exit code, stdout and stderr.
-fn mrec(args: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(MREC).args(args).output().unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// Limits each file `command`'s process writes to `bytes` (RLIMIT_FSIZE),

@@ -19,6 +19,7 @@ use molrec::lmdb::{partial_path, Reader, MAX_READERS};
 use molrec::model_json::{collection_from_json, collection_to_json};
 use molrec::Error;
 use serde_json::Value;
+use std::ffi::OsStr;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -40,16 +41,8 @@ fn mrec_write(model: &Path, out: &Path, batch_bytes: usize) -> Command {
 
 /// `mrec validate FILE`: exit code (None when killed by a signal) and stderr.
 fn validate(path: &Path) -> (Option<i32>, String) {
-    let out = Command::new(MREC)
-        .arg("validate")
-        .arg(path)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let (code, _, stderr) = common::mrec(&[OsStr::new("validate"), path.as_os_str()]);
+    (code, stderr)
 }
 
 fn trials() -> usize {

@@ -3,13 +3,14 @@
 
 mod common;
 
-use common::{assert_second_writer_refused, collection_json, f64col, scratch_file};
+use common::{assert_second_writer_refused, collection_json, f64col, mrec, scratch_file};
 use heed::types::Bytes;
 use heed::{Database, EnvFlags, EnvOpenOptions};
 use molrec::lmdb::{frame_key, partial_path, write_collection, Reader, Writer, WriterOptions};
 use molrec::model_json::{collection_from_json, collection_to_json};
 use molrec::{Clause, Error};
 use serde_json::{json, Value};
+use std::ffi::OsStr;
 use std::path::Path;
 
 fn atoms(x: &[f64]) -> Value {
@@ -131,13 +132,8 @@ fn a_writer_dropped_before_finish_leaves_nothing_at_its_path() {
         writer.append(r).unwrap();
     }
     // In another process: heed opens a path once per process.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mrec"))
-        .arg("validate")
-        .arg(&partial)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let (code, _, stderr) = mrec(&[OsStr::new("validate"), partial.as_os_str()]);
+    assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains(Clause::MetaRequired.id()), "{stderr}");
     assert!(!path.exists());
     drop(writer);
@@ -175,21 +171,6 @@ fn an_existing_file_is_not_overwritten_by_default() {
     assert_eq!(Reader::open(&path).unwrap().n_records(), 2);
 }
 
-/// The stdout of `mrec ARGS`, which must succeed.
-fn mrec_stdout(args: &[&std::ffi::OsStr]) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mrec"))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "mrec {args:?}: {:?}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// Overwriting a collection a reader has open: the reader keeps reading the
 /// old one, whole (the writer used to empty the file in place, and the
 /// reader died of SIGBUS on its next read). A reader opening the path
@@ -215,7 +196,8 @@ fn an_overwrite_leaves_the_readers_of_the_old_file_reading_it_whole() {
     };
     for n in 1..=4 {
         write_json(&path, &collection_json(n, 4, 1.0), overwrite.clone()).unwrap();
-        let dump = mrec_stdout(&["dump".as_ref(), path.as_os_str()]);
+        let (code, dump, stderr) = mrec(&[OsStr::new("dump"), path.as_os_str()]);
+        assert_eq!(code, Some(0), "{n} records: {stderr}");
         let dumped: Value = serde_json::from_str(&dump).unwrap();
         assert_eq!(dumped["records"].as_array().map(Vec::len), Some(n));
     }
@@ -479,15 +461,8 @@ fn stray_keys_and_dirty_padding_are_found_by_violations_and_mrec_validate() {
     let path = scratch_file("lmdb-test", "stray-keys");
     write_json(&path, &water_collection(2), WriterOptions::default()).unwrap();
     let validate = |path: &Path| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mrec"))
-            .arg("validate")
-            .arg(path)
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        let (code, _, stderr) = mrec(&[OsStr::new("validate"), path.as_os_str()]);
+        (code, stderr)
     };
     assert!(Reader::open(&path).unwrap().violations().is_empty());
     assert_eq!(validate(&path).0, Some(0));

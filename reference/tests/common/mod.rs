@@ -179,6 +179,21 @@ pub fn assert_second_writer_refused(path: &std::path::Path, header: molrec::mode
     }
 }
 
+/// Runs the `mrec` binary with `args` (and an empty stdin): its exit code
+/// (`None` when a signal ended it), stdout and stderr.
+pub fn mrec<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mrec"))
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Writes `value` as a JSON file (a model for `mrec write`, an expectation).
 pub fn write_json_file(path: &std::path::Path, value: &Value) {
     std::fs::write(path, serde_json::to_vec(value).unwrap()).unwrap();
