@@ -634,7 +634,8 @@ pub fn encode_reference(
     };
     serde_json::to_writer(&mut *out, &header)
         .expect("serializing a frame header cannot fail: keys are strings");
-    let header_len = u32::try_from(out.len() - 8).expect("frame header larger than 4 GiB");
+    // As `encode` writes it: past `u32::MAX` bytes, `u32::MAX` (refused alike).
+    let header_len = u32::try_from(out.len() - 8).unwrap_or(u32::MAX);
     out[4..8].copy_from_slice(&header_len.to_le_bytes());
     pad8(out, 0);
     for block in blocks.values() {

@@ -15,7 +15,9 @@
 //! `WriterOptions::batch_bytes` and written in one transaction per batch:
 //! the frames while records are appended, then at `finish` the force field,
 //! `index`, every `r` and every `s`. The file is synced, and the last
-//! transaction writes `meta` alone (a plain put: `meta` sorts before `r`).
+//! transaction writes `meta` alone (a plain put: `meta` sorts before `r`),
+//! and one more writes it again, so that both meta pages of the file lead
+//! to the whole collection (see `finish_file`).
 //! A file whose writer died before that last commit has no `meta` key, and
 //! every reader refuses it as uncommitted. Memory holds two batches (one
 //! being filled, one being committed), two file buffers and four small
@@ -881,7 +883,8 @@ impl Writer {
 
     /// Writes the force field, the index (the binding's four columns and
     /// the collection's own `index` columns) and the spilled `r` and `s`
-    /// values, syncs, then writes `meta` in the last transaction and syncs.
+    /// values, syncs, then writes `meta` in the last two transactions and
+    /// syncs.
     /// An operating-system error (a full disk) names the file.
     pub fn finish(self, index: BTreeMap<String, Column>) -> Result<()> {
         let path = self.output.path.clone();
@@ -955,6 +958,15 @@ impl Writer {
             "n_frames": self.total_frames,
         });
         let value = serde_json::to_vec(&meta).map_err(|e| Error::Lmdb(e.to_string()))?;
+        // `meta` in two transactions, so that both of LMDB's meta pages
+        // point at a tree that holds it. A reader picks its meta page by the
+        // parity of the transaction id in the lock file, and one that opens
+        // the path through a lock file still held by readers of the file it
+        // replaced (an id of that file) finds the whole collection on either
+        // page; with one commit, half of such readers found the tree before
+        // `meta` and refused the collection as uncommitted.
+        self.sink.push(META_KEY, &value)?;
+        self.sink.flush()?;
         self.sink.push(META_KEY, &value)?;
         self.sink.sync()?;
         self.sink.close()?;
@@ -1012,9 +1024,11 @@ fn install(output: &Output) -> Result<()> {
         }
     }
     // LMDB's readers take the current transaction from the lock file and
-    // pick their meta page by its parity. One left by readers of a replaced
-    // file would send new readers to the wrong meta page; without it they
-    // start a new one. Readers of the replaced file keep theirs open.
+    // pick their meta page by its parity. A lock file left by readers of a
+    // replaced file holds an id of that file; both meta pages lead to the
+    // whole collection (`finish_file`), and without that lock file new
+    // readers start one of their own. Readers of the replaced file keep
+    // theirs open.
     let _ = std::fs::remove_file(lock_path(path));
     if let Ok(dir) = File::open(directory_of(path)) {
         let _ = dir.sync_all();
