@@ -224,7 +224,7 @@ fn a_lock_file_left_by_readers_of_a_replaced_file_misleads_no_reader() {
     write_json(&path, &collection_json(3, 4, 0.0), WriterOptions::default()).unwrap();
     // Holds the lock file, with the transaction id of the file at the path.
     let reader = Reader::open(&path).unwrap();
-    assert!(lock.exists());
+    assert!(lock.exists() && !reader.is_lock_free());
     let small_batches = WriterOptions {
         batch_bytes: 300,
         ..WriterOptions::default()

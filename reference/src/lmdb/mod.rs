@@ -73,11 +73,11 @@ pub(crate) fn remove_with_lock_file(path: &Path) {
     let _ = std::fs::remove_file(lock_path(path));
 }
 
-/// The bytes an unprivileged process may still write on `dir`'s file system.
+/// What `statvfs` says of the file system holding `path`.
 #[cfg(target_os = "linux")]
-pub(crate) fn free_bytes(dir: &Path) -> Option<u64> {
+fn file_system_of(path: &Path) -> Option<libc::statvfs> {
     use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
     // SAFETY: an all-zero statvfs is a valid value of the plain C struct,
     // which statvfs fills in.
     let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
@@ -86,6 +86,13 @@ pub(crate) fn free_bytes(dir: &Path) -> Option<u64> {
     if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
         return None;
     }
+    Some(stat)
+}
+
+/// The bytes an unprivileged process may still write on `dir`'s file system.
+#[cfg(target_os = "linux")]
+pub(crate) fn free_bytes(dir: &Path) -> Option<u64> {
+    let stat = file_system_of(dir)?;
     // The two fields are 32-bit on some targets.
     #[allow(clippy::useless_conversion)]
     let (blocks, block_size) = (u64::from(stat.f_bavail), u64::from(stat.f_frsize));
@@ -95,6 +102,19 @@ pub(crate) fn free_bytes(dir: &Path) -> Option<u64> {
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn free_bytes(_dir: &Path) -> Option<u64> {
     None
+}
+
+/// Whether `path` is on a file system mounted read-only: there LMDB opens
+/// a read-only environment without its lock file (it cannot open one).
+#[cfg(target_os = "linux")]
+fn on_read_only_file_system(path: &Path) -> bool {
+    file_system_of(path).is_some_and(|stat| stat.f_flag & libc::ST_RDONLY != 0)
+}
+
+/// Without `statvfs`: whether LMDB left no lock file beside `path`.
+#[cfg(not(target_os = "linux"))]
+fn on_read_only_file_system(path: &Path) -> bool {
+    !lock_path(path).exists()
 }
 
 /// Opens an environment for reading. When the lock file cannot be created
@@ -156,7 +176,9 @@ pub(crate) fn open_read_env(path: &Path) -> Result<(Env<WithoutTls>, bool)> {
         ));
     }
     // On a read-only file system LMDB itself goes without the lock file.
-    let no_lock = no_lock || !lock_path(path).exists();
+    // (Asked of the file system: a look for the lock file would miss it
+    // when an overwrite deletes the path's lock file just after the open.)
+    let no_lock = no_lock || on_read_only_file_system(path);
     Ok((env, no_lock))
 }
 
