@@ -392,6 +392,26 @@ fn read_only_inner() {
          but Reader::is_lock_free() reports false: LMDB itself skips the lock file on EROFS \
          for a read-only environment, so open_read_env's NO_LOCK fallback is never taken"
     );
+    // A lock file left on the medium (written before it was made
+    // read-only; here through the writable source of the bind mount):
+    // LMDB cannot open it either, and the reader still says so.
+    let left = src.join("data.mrec.lmdb-lock");
+    std::fs::write(&left, b"").unwrap();
+    let reader = Reader::open(&file).expect("opens beside a lock file it cannot use");
+    let lock_free = reader.is_lock_free();
+    assert_eq!(
+        reader
+            .read_collection()
+            .map(|c| collection_to_json(&c))
+            .ok(),
+        Some(expected)
+    );
+    drop(reader);
+    std::fs::remove_file(&left).unwrap();
+    assert!(
+        lock_free,
+        "a lock file beside a file on read-only media was taken as used"
+    );
 }
 
 /// `medium/data.mrec.lmdb` holding 50 records, and what it reads as on
