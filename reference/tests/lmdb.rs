@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{assert_second_writer_refused, collection_json, f64col, mrec, scratch_file};
+use common::{
+    assert_second_writer_refused, collection_json, f64col, lock_path, mrec, scratch_file,
+};
 use heed::types::Bytes;
 use heed::{Database, EnvFlags, EnvOpenOptions};
 use molrec::lmdb::{frame_key, partial_path, write_collection, Reader, Writer, WriterOptions};
@@ -220,7 +222,7 @@ fn an_overwrite_leaves_the_readers_of_the_old_file_reading_it_whole() {
 #[test]
 fn a_lock_file_left_by_readers_of_a_replaced_file_misleads_no_reader() {
     let path = scratch_file("lmdb-test", "stale-lock");
-    let lock = Path::new(&format!("{}-lock", path.display())).to_path_buf();
+    let lock = lock_path(&path);
     write_json(&path, &collection_json(3, 4, 0.0), WriterOptions::default()).unwrap();
     // Holds the lock file, with the transaction id of the file at the path.
     let reader = Reader::open(&path).unwrap();
