@@ -316,6 +316,39 @@ fn a_file_created_at_the_path_during_the_write_is_not_replaced() {
     assert_eq!(Reader::open(&partial).unwrap().n_records(), 2);
 }
 
+/// With `overwrite`, a directory created at the path during the write
+/// cannot be replaced: `finish` says so and where the complete collection
+/// is, and leaves it there.
+#[test]
+fn a_failed_rename_leaves_the_collection_in_the_partial_file() {
+    let path = scratch_file("lmdb-test", "rename-fails");
+    let c = collection_from_json(&water_collection(2)).unwrap();
+    let options = WriterOptions {
+        overwrite: true,
+        ..WriterOptions::default()
+    };
+    let mut writer = Writer::create(&path, c.header, options).unwrap();
+    for r in c.records {
+        writer.append(r).unwrap();
+    }
+    std::fs::create_dir(&path).unwrap();
+    std::fs::write(path.join("inside"), b"kept").unwrap();
+    let err = writer.finish(c.index).unwrap_err();
+    let partial = partial_path(&path);
+    // The path once, then why, then where the collection is.
+    let message = err.to_string();
+    let named = path.display().to_string();
+    assert!(
+        matches!(&err, Error::Io(_))
+            && message.matches(&*named).count() == 2
+            && message.ends_with(&format!("complete in {}", partial.display())),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(path.join("inside")).unwrap(), b"kept");
+    assert_eq!(Reader::open(&partial).unwrap().n_records(), 2);
+    std::fs::remove_dir_all(&path).unwrap();
+}
+
 /// What a killed writer left in the partial file is not a collection: the
 /// next writer of the path empties it and writes its own, unless the file
 /// has another name. A path that is a directory is refused before anything

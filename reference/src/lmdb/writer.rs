@@ -993,9 +993,10 @@ fn install(output: &Output) -> Result<()> {
     let (path, partial) = (&output.path, &partial_path(&output.path));
     let _ = std::fs::remove_file(lock_path(partial));
     // Whatever keeps the collection from its path, it stays in `partial`.
+    // (`finish` names the path.)
     let not_placed = |kind, why: String| {
         let where_ = format!("{why}; the collection is complete in {}", partial.display());
-        Error::io_at(path, std::io::Error::new(kind, where_))
+        Error::Io(std::io::Error::new(kind, where_))
     };
     let occupied = || {
         not_placed(
