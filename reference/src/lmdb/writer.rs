@@ -250,8 +250,8 @@ impl Sink {
     }
 
     /// Streams spilled values back into batches under `key(r)`, in record order.
-    fn drain(&mut self, spill: Spill, key: fn(u64) -> [u8; 9]) -> Result<()> {
-        let mut reader = spill.into_reader()?;
+    fn drain(&mut self, spill: &mut Spill, key: fn(u64) -> [u8; 9]) -> Result<()> {
+        let mut reader = spill.reader()?;
         while let Some((r, len)) = next_spilled(&mut reader)? {
             let at = self.batch.data.len();
             self.batch.data.resize(at + len, 0);
@@ -536,18 +536,16 @@ impl Spill {
     }
 
     /// The spilled values from the first, for reading back.
-    fn into_reader(self) -> Result<BufReader<File>> {
-        let mut file = self
-            .file
-            .into_inner()
-            .map_err(|e| Error::Io(e.into_error()))?;
+    fn reader(&mut self) -> Result<BufReader<&mut File>> {
+        self.file.flush()?;
+        let file = self.file.get_mut();
         file.seek(SeekFrom::Start(0))?;
         Ok(BufReader::with_capacity(1 << 16, file))
     }
 }
 
 /// The next spilled value: its record number and length, or `None` at the end.
-fn next_spilled(reader: &mut BufReader<File>) -> Result<Option<(u64, usize)>> {
+fn next_spilled(reader: &mut impl Read) -> Result<Option<(u64, usize)>> {
     let mut head = [0u8; 16];
     match reader.read_exact(&mut head) {
         Ok(()) => {}
@@ -886,12 +884,15 @@ impl Writer {
     /// values, syncs, then writes `meta` in the last two transactions and
     /// syncs.
     /// An operating-system error (a full disk) names the file.
-    pub fn finish(self, index: BTreeMap<String, Column>) -> Result<()> {
-        let path = self.output.path.clone();
-        self.finish_file(index).map_err(|e| located_io(&path, e))
+    pub fn finish(mut self, index: BTreeMap<String, Column>) -> Result<()> {
+        // Located before `self` is dropped, which deletes an unfinished
+        // partial file: the free space it reports is the space the write
+        // ran out of, not the space its deletion gave back.
+        self.finish_file(index)
+            .map_err(|e| located_io(&self.output.path, e))
     }
 
-    fn finish_file(mut self, mut index: BTreeMap<String, Column>) -> Result<()> {
+    fn finish_file(&mut self, mut index: BTreeMap<String, Column>) -> Result<()> {
         self.check_running()?;
         let n = self.records();
         validate::prepare_index(&mut index, n)?;
@@ -941,8 +942,8 @@ impl Writer {
         // Freed before the batch may be committed, which lowers the peak.
         drop(block);
         self.sink.closed(INDEX_KEY)?;
-        self.sink.drain(self.record_spill, record_key)?;
-        self.sink.drain(self.system_spill, system_key)?;
+        self.sink.drain(&mut self.record_spill, record_key)?;
+        self.sink.drain(&mut self.system_spill, system_key)?;
         // Every record is on disk before `meta` says the collection exists.
         self.sink.sync()?;
         let schema = self
