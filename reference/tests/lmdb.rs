@@ -139,7 +139,7 @@ fn a_writer_dropped_before_finish_leaves_nothing_at_its_path() {
     assert!(stderr.contains(Clause::MetaRequired.id()), "{stderr}");
     assert!(!path.exists());
     drop(writer);
-    for gone in [&path, &partial, &common::lock_path(&partial)] {
+    for gone in [&path, &partial, &lock_path(&partial)] {
         assert!(!gone.exists(), "{} is left", gone.display());
     }
 }

@@ -6,14 +6,13 @@ mod resolve;
 mod writer;
 
 pub use reader::{Reader, RecordTxn, ResolvedView};
-pub(crate) use writer::lock_path;
 pub use writer::{partial_path, write_collection, Writer, WriterOptions, DEFAULT_PAGE_SIZE};
 
 use crate::clause::Clause;
 use crate::error::{Error, Result};
 use heed::types::Bytes;
 use heed::{Database, Env, EnvFlags, EnvOpenOptions, WithoutTls};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// `layout` tag of the `meta` value.
 pub const LAYOUT: &str = "mrec-lmdb";
@@ -64,6 +63,18 @@ pub(crate) fn lmdb_error(e: heed::Error) -> Error {
         heed::Error::Io(io) => Error::Io(io),
         other => Error::Lmdb(other.to_string()),
     }
+}
+
+/// `path` with `suffix` appended to its file name.
+fn suffixed(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// LMDB's lock file beside a `NO_SUB_DIR` environment.
+pub(crate) fn lock_path(path: &Path) -> PathBuf {
+    suffixed(path, "-lock")
 }
 
 /// Deletes a `NO_SUB_DIR` environment's file and its lock file, where

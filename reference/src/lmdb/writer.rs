@@ -38,8 +38,8 @@
 //! and the next writer of the path empties it.
 
 use super::{
-    frame_key, lmdb_error, record_key, system_key, Db, FF_KEY, INDEX_KEY, LAYOUT, LAYOUT_VERSION,
-    META_KEY,
+    frame_key, lmdb_error, lock_path, record_key, system_key, Db, FF_KEY, INDEX_KEY, LAYOUT,
+    LAYOUT_VERSION, META_KEY,
 };
 use crate::clause::Clause;
 use crate::error::{Error, Result};
@@ -567,9 +567,7 @@ fn next_spilled(reader: &mut impl Read) -> Result<Option<(u64, usize)>> {
 /// uncommitted, and the next writer of `path` starts it again. An
 /// overwrite needs room for both files until the rename.
 pub fn partial_path(path: &Path) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(".partial");
-    PathBuf::from(name)
+    super::suffixed(path, ".partial")
 }
 
 /// Where a writer puts its collection: `path`, by way of its
@@ -1170,13 +1168,6 @@ fn directory_of(path: &Path) -> &Path {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     }
-}
-
-/// LMDB's lock file beside a `NO_SUB_DIR` environment.
-pub(crate) fn lock_path(path: &Path) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push("-lock");
-    PathBuf::from(name)
 }
 
 /// Writes a whole in-memory collection to a new file.
