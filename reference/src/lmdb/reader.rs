@@ -345,7 +345,8 @@ impl<'r> RecordTxn<'r> {
     pub fn system(&self, r: u64) -> Result<Option<Frame>> {
         let mut system = self.decoded_system(r)?;
         if let Some(frame) = &mut system {
-            validate::prepare_system(frame, &format!("records[{r}].system"))?;
+            validate::prepare_system(frame, "system")
+                .map_err(|e| e.within(&format!("records[{r}]")))?;
         }
         Ok(system)
     }
@@ -588,14 +589,17 @@ impl<'r> RecordTxn<'r> {
                 "a record needs a system or a trajectory (or both)"
             );
         }
+        // Paths are formatted only on the error path (as in the walk).
         if let Some(frame) = &mut system {
-            validate::prepare_system(frame, &format!("records[{r}].system"))?;
+            validate::prepare_system(frame, "system")
+                .map_err(|e| e.within(&format!("records[{r}]")))?;
         }
         let trajectory = match trajectory {
             None => None,
             Some(resolved) => {
                 if let Some(system) = &system {
-                    validate::check_aligned_names(&self.reader.schema, &system.blocks, &tat())?;
+                    validate::check_aligned_names(&self.reader.schema, &system.blocks, "")
+                        .map_err(|e| e.within(&tat()))?;
                 }
                 Some(resolved.map_err(|e| e.within(&tat()))?)
             }
