@@ -3048,7 +3048,13 @@ impl<'a> ColumnRef<'a> {
             (ColumnBytes::Strings(values), ColumnData::String(out))
                 if values.len() as u64 == elements =>
             {
-                out.append(values);
+                // Into an empty column (`into_column`, a system's strings)
+                // the vector itself moves: no second allocation.
+                if out.is_empty() {
+                    std::mem::swap(out, values);
+                } else {
+                    out.append(values);
+                }
                 return Ok(());
             }
             (ColumnBytes::Strings(values), _) => {
