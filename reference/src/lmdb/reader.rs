@@ -345,8 +345,7 @@ impl<'r> RecordTxn<'r> {
     pub fn system(&self, r: u64) -> Result<Option<Frame>> {
         let mut system = self.decoded_system(r)?;
         if let Some(frame) = &mut system {
-            validate::prepare_system(frame, "system")
-                .map_err(|e| e.within(&format!("records[{r}]")))?;
+            prepare_system(r, frame)?;
         }
         Ok(system)
     }
@@ -589,10 +588,8 @@ impl<'r> RecordTxn<'r> {
                 "a record needs a system or a trajectory (or both)"
             );
         }
-        // Paths are formatted only on the error path (as in the walk).
         if let Some(frame) = &mut system {
-            validate::prepare_system(frame, "system")
-                .map_err(|e| e.within(&format!("records[{r}]")))?;
+            prepare_system(r, frame)?;
         }
         let trajectory = match trajectory {
             None => None,
@@ -758,6 +755,12 @@ impl Walked<'_> {
             self.r, self.k
         ))
     }
+}
+
+/// `validate::prepare_system` on record r's system, its path formatted
+/// only on the error path (readers check every record they read whole).
+fn prepare_system(r: u64, frame: &mut Frame) -> Result<()> {
+    validate::prepare_system(frame, "system").map_err(|e| e.within(&format!("records[{r}]")))
 }
 
 /// Checks an update's per-step meta against the declaration and returns
