@@ -2269,6 +2269,35 @@ mod tests {
     }
 
     #[test]
+    fn cpu_split_counts_a_busy_loop_as_user_time() {
+        let (user_start, system_start) = cpu_user_system_secs();
+        let wall = Instant::now();
+        let mut x = 1u64;
+        // CPU time, not wall time, ends the loop (20 ticks of 1/100 s): a
+        // loaded machine makes it longer, never wrong. Each round spins
+        // about a millisecond between two reads of /proc, so nearly all
+        // of the time is user time.
+        let spent = loop {
+            for _ in 0..1_000_000 {
+                x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
+            }
+            let (user, system) = cpu_user_system_secs();
+            let spent = (user - user_start, system - system_start);
+            if spent.0 + spent.1 >= 0.2 {
+                break spent;
+            }
+            assert!(
+                wall.elapsed().as_secs() < 60,
+                "60 s of spinning took no CPU time"
+            );
+        };
+        assert!(
+            spent.0 >= 0.75 * (spent.0 + spent.1),
+            "user, system: {spent:?}"
+        );
+    }
+
+    #[test]
     fn zlib_round_trip() {
         let data = br#"{"numbers": [1, 6], "energy": -1.5}"#.repeat(50);
         let z = zlib_compress(&data).unwrap();
@@ -2289,7 +2318,14 @@ mod tests {
         })
         .unwrap();
         assert!(report.table().contains("(7) two threads"));
+        assert!(report.table().contains("user / system (kernel)"));
         assert_eq!(report.json()["workload"]["records"], 40);
+        let write = &report.json()["write"];
+        let (all, system) = (
+            write["cpu_secs_with_generation"].as_f64().unwrap(),
+            write["system_cpu_secs_with_generation"].as_f64().unwrap(),
+        );
+        assert!((0.0..=all).contains(&system), "{system} of {all}");
         assert!(!dir.join("bench.mrec.lmdb").exists());
         let _ = std::fs::remove_dir_all(dir);
     }
