@@ -1239,7 +1239,12 @@ fn cpu_secs() -> f64 {
 /// threads), from /proc/self/stat, in clock ticks of 1/100 s. The write
 /// reports them apart: its slow runs spend the extra time in the kernel.
 fn cpu_user_system_secs() -> (f64, f64) {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    user_system_secs(&std::fs::read_to_string("/proc/self/stat").unwrap_or_default())
+}
+
+/// The user and system seconds of a `/proc/.../stat` text (a process's or
+/// a thread's: the same fields); zero where a field is missing.
+fn user_system_secs(stat: &str) -> (f64, f64) {
     let fields: Vec<&str> = stat
         .rsplit_once(')')
         .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
@@ -2270,7 +2275,11 @@ mod tests {
 
     #[test]
     fn cpu_split_counts_a_busy_loop_as_user_time() {
-        let (user_start, system_start) = cpu_user_system_secs();
+        // This thread's counters, not the process's: the tests running
+        // beside this one (files written, syncs) add system time to those.
+        let thread =
+            || user_system_secs(&std::fs::read_to_string("/proc/thread-self/stat").unwrap());
+        let (user_start, system_start) = thread();
         let wall = Instant::now();
         let mut x = 1u64;
         // CPU time, not wall time, ends the loop (20 ticks of 1/100 s): a
@@ -2281,7 +2290,7 @@ mod tests {
             for _ in 0..1_000_000 {
                 x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
             }
-            let (user, system) = cpu_user_system_secs();
+            let (user, system) = thread();
             let spent = (user - user_start, system - system_start);
             if spent.0 + spent.1 >= 0.2 {
                 break spent;
@@ -2295,6 +2304,20 @@ mod tests {
             spent.0 >= 0.75 * (spent.0 + spent.1),
             "user, system: {spent:?}"
         );
+        let (user, system) = cpu_user_system_secs();
+        assert!(
+            user >= spent.0 && system >= 0.0,
+            "the process's {user}, {system}"
+        );
+    }
+
+    #[test]
+    fn user_system_secs_reads_fields_14_and_15() {
+        // A command name with a space and a parenthesis, as the kernel
+        // allows: the fields are counted after the last `)`.
+        let stat = "42 (a b) c) S 1 42 42 0 -1 4194304 100 0 0 0 250 75 0 0 20 0 1 0";
+        assert_eq!(user_system_secs(stat), (2.5, 0.75));
+        assert_eq!(user_system_secs(""), (0.0, 0.0));
     }
 
     #[test]
