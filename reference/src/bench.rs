@@ -2274,6 +2274,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(target_os = "linux")] // /proc/thread-self
     fn cpu_split_counts_a_busy_loop_as_user_time() {
         // This thread's counters, not the process's: the tests running
         // beside this one (files written, syncs) add system time to those.
