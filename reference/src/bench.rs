@@ -1258,6 +1258,21 @@ fn user_system_secs(stat: &str) -> (f64, f64) {
     (tick(11) / 100.0, tick(12) / 100.0)
 }
 
+/// A note for the table when the write spent more CPU in the kernel than
+/// in user code: then its pace was the kernel's (taking the file into the
+/// page cache), not the writer's, and the write figure says more about the
+/// machine than about the binding. Not below 0.2 s of kernel time: the
+/// counters tick at 1/100 s, too coarse to compare a short write's parts.
+fn kernel_bound_write_note(user_secs: f64, system_secs: f64) -> Option<String> {
+    (system_secs > user_secs && system_secs >= 0.2).then(|| {
+        format!(
+            "note: the write spent more CPU in the kernel ({system_secs:.2} s) than in user code \
+             ({user_secs:.2} s, the generator's included): its pace was the kernel's, taking the \
+             file into the page cache (docs/benchmark.md, \"What limits the figures\")\n"
+        )
+    })
+}
+
 /// The 1-minute load average (runnable processes), from /proc/loadavg.
 fn loadavg() -> f64 {
     std::fs::read_to_string("/proc/loadavg")
@@ -2054,6 +2069,12 @@ impl Figures {
                  page faults)\n",
             );
         }
+        if let Some(note) = kernel_bound_write_note(
+            self.write_cpu - self.write_cpu_system,
+            self.write_cpu_system,
+        ) {
+            table.push_str(&note);
+        }
         table.push_str(&format!(
             "reads: {} rounds after 1 warm-up round, each one pass of every read figure (both \
              files read once, untimed, before each round: page cache warm); a figure is the \
@@ -2319,6 +2340,18 @@ mod tests {
         let stat = "42 (a b) c) S 1 42 42 0 -1 4194304 100 0 0 0 250 75 0 0 20 0 1 0";
         assert_eq!(user_system_secs(stat), (2.5, 0.75));
         assert_eq!(user_system_secs(""), (0.0, 0.0));
+    }
+
+    #[test]
+    fn kernel_bound_write_is_noted_only_when_the_kernel_took_more() {
+        assert_eq!(kernel_bound_write_note(0.60, 0.59), None);
+        assert_eq!(kernel_bound_write_note(0.60, 0.60), None);
+        assert_eq!(kernel_bound_write_note(0.03, 0.11), None);
+        let note = kernel_bound_write_note(0.60, 1.53).unwrap();
+        assert!(
+            note.contains("kernel (1.53 s)") && note.contains("user code (0.60 s"),
+            "{note}"
+        );
     }
 
     #[test]
