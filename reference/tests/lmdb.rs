@@ -212,6 +212,119 @@ fn an_overwrite_leaves_the_readers_of_the_old_file_reading_it_whole() {
     assert!(!partial_path(&path).exists());
 }
 
+/// Whether heed itself can open `path` now: it cannot while an environment
+/// of the path is open in this process.
+fn heed_opens(path: &Path) -> Result<(), heed::Error> {
+    let mut options = EnvOpenOptions::new();
+    // SAFETY: valid flags for a read-only open; nothing writes the file now.
+    unsafe { options.flags(EnvFlags::NO_SUB_DIR | EnvFlags::READ_ONLY) };
+    // SAFETY: read-only, and dropped at once.
+    unsafe { options.open(path) }.map(drop)
+}
+
+/// Readers of one file in a process share its environment (LMDB opens a
+/// file once per process): a second open works while the first reader
+/// lives, by the same path or by a hard link, every reader reads the whole
+/// collection, and dropping some leaves the others reading. Once all are
+/// dropped the environment is closed: heed opens the path again.
+#[test]
+fn readers_of_one_file_share_its_environment() {
+    let path = scratch_file("lmdb-test", "shared");
+    let link = scratch_file("lmdb-test", "shared-link");
+    let c = collection_from_json(&collection_json(5, 3, 0.0)).unwrap();
+    write_collection(&path, c.clone(), WriterOptions::default()).unwrap();
+    std::fs::hard_link(&path, &link).unwrap();
+
+    let first = Reader::open(&path).unwrap();
+    let held = first.txn().unwrap();
+    let second = Reader::open(&path).unwrap();
+    let linked = Reader::open(&link).unwrap();
+    assert!(matches!(
+        heed_opens(&path),
+        Err(heed::Error::EnvAlreadyOpened)
+    ));
+    for reader in [&second, &linked] {
+        let txn = reader.txn().unwrap();
+        for (r, record) in c.records.iter().enumerate() {
+            assert_eq!(&txn.record(r as u64).unwrap(), record, "record {r}");
+        }
+    }
+    drop(second);
+    drop(linked);
+    assert_eq!(held.record(4).unwrap(), c.records[4]);
+    assert!(heed_opens(&path).is_err(), "closed while a reader lives");
+    drop(held);
+    drop(first);
+    heed_opens(&path).unwrap();
+    heed_opens(&link).unwrap();
+    assert_eq!(Reader::open(&link).unwrap().n_records(), 5);
+}
+
+/// Threads that open, read and drop readers of one file at once never meet
+/// heed's refusal of a second open, nor an environment still closing.
+#[test]
+fn threads_opening_and_dropping_readers_of_one_file_all_read_it() {
+    let path = scratch_file("lmdb-test", "shared-threads");
+    let c = collection_from_json(&collection_json(4, 2, 0.0)).unwrap();
+    write_collection(&path, c.clone(), WriterOptions::default()).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (path, c) = (&path, &c);
+            s.spawn(move || {
+                for i in 0..200u64 {
+                    let reader =
+                        Reader::open(path).unwrap_or_else(|e| panic!("thread {t}, open {i}: {e}"));
+                    let r = (t + i) % 4;
+                    let record = reader.txn().unwrap().record(r).unwrap();
+                    assert_eq!(record, c.records[r as usize], "thread {t}, open {i}");
+                }
+            });
+        }
+    });
+    heed_opens(&path).unwrap();
+}
+
+/// A file installed at a path whose earlier file this process still reads
+/// cannot be opened by that path until the earlier readers are dropped
+/// (LMDB opens one file per path in a process); the refusal says so and
+/// names the path, and the earlier reader reads its collection whole.
+/// A path that this process opened through heed directly is refused alike.
+#[test]
+fn a_file_installed_over_one_still_read_opens_once_its_readers_are_dropped() {
+    let path = scratch_file("lmdb-test", "shared-replaced");
+    let old = collection_from_json(&collection_json(3, 2, 0.0)).unwrap();
+    write_collection(&path, old.clone(), WriterOptions::default()).unwrap();
+    let reader = Reader::open(&path).unwrap();
+    let overwrite = WriterOptions {
+        overwrite: true,
+        ..WriterOptions::default()
+    };
+    write_json(&path, &collection_json(4, 2, 1.0), overwrite).unwrap();
+    let busy = |e: Error, why: &str| match e {
+        Error::Io(io) => {
+            let message = io.to_string();
+            assert_eq!(io.kind(), std::io::ErrorKind::ResourceBusy, "{message}");
+            assert!(message.contains(&*path.to_string_lossy()), "{message}");
+            assert!(message.contains(why), "{message}");
+        }
+        other => panic!("{other:?}"),
+    };
+    busy(Reader::open(&path).err().unwrap(), "drop it first");
+    assert_eq!(reader.n_records(), 3);
+    assert_eq!(reader.txn().unwrap().record(2).unwrap(), old.records[2]);
+    drop(reader);
+    assert_eq!(Reader::open(&path).unwrap().n_records(), 4);
+
+    let mut options = EnvOpenOptions::new();
+    // SAFETY: valid flags for a read-only open; nothing writes the file now.
+    unsafe { options.flags(EnvFlags::NO_SUB_DIR | EnvFlags::READ_ONLY) };
+    // SAFETY: read-only; dropped at the end of the test.
+    let outside = unsafe { options.open(&path) }.unwrap();
+    busy(Reader::open(&path).err().unwrap(), "through heed");
+    drop(outside);
+    assert_eq!(Reader::open(&path).unwrap().n_records(), 4);
+}
+
 /// A reader that opens the path through a lock file still held by readers
 /// of the file it replaced (the moment between `finish`'s rename and its
 /// removal of the lock file, or a lock file that could not be removed)

@@ -12,7 +12,9 @@ use crate::clause::Clause;
 use crate::error::{Error, Result};
 use heed::types::Bytes;
 use heed::{Database, Env, EnvFlags, EnvOpenOptions, WithoutTls};
+use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// `layout` tag of the `meta` value.
 pub const LAYOUT: &str = "mrec-lmdb";
@@ -128,20 +130,154 @@ fn on_read_only_file_system(path: &Path) -> bool {
     !lock_path(path).exists()
 }
 
-/// Opens an environment for reading. When the lock file cannot be created
-/// (read-only directory or medium), falls back to `NO_LOCK`: safe only while
-/// no process writes the file, which holds for a committed collection, since
+/// A read environment of one file, shared by every [`Reader`] of that
+/// file in this process.
+///
+/// LMDB must not open one file twice in a process (its locks belong to the
+/// process: closing one handle would release the other's), and heed
+/// refuses a second open of a path. A loader opens a collection wherever it
+/// needs one (a dataset object per split, a validator beside the loader),
+/// so a second [`Reader::open`] of a file this process reads shares the
+/// environment already open. The registry is keyed by the file (device and
+/// inode), so a hard link shares it too.
+pub(crate) struct SharedEnv {
+    /// Dropped by hand in `Drop`, while the registry is locked.
+    env: ManuallyDrop<Env<WithoutTls>>,
+    no_lock: bool,
+}
+
+/// One file's open environment and how many [`SharedEnv`]s use it.
+struct OpenFile {
+    file: FileId,
+    /// The path it was first opened by, canonical.
+    path: PathBuf,
+    env: Env<WithoutTls>,
+    no_lock: bool,
+    users: usize,
+}
+
+/// The file a path names: device and inode.
+type FileId = (u64, u64);
+
+/// Every file this process has open for reading. Opens and the last
+/// handle's close happen while it is locked, so an open never meets an
+/// environment that heed is still closing.
+static OPEN_FILES: Mutex<Vec<OpenFile>> = Mutex::new(Vec::new());
+
+fn open_files() -> MutexGuard<'static, Vec<OpenFile>> {
+    // The registry stays consistent between statements: a panic elsewhere
+    // while it was held leaves nothing half-done.
+    OPEN_FILES.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn file_id(path: &Path) -> Result<(FileId, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).map_err(|e| Error::io_at(path, e))?;
+    Ok(((m.dev(), m.ino()), m.len()))
+}
+
+impl SharedEnv {
+    /// The environment, for read transactions.
+    pub(crate) fn env(&self) -> &Env<WithoutTls> {
+        &self.env
+    }
+
+    /// Whether the environment was opened without LMDB's lock file.
+    pub(crate) fn no_lock(&self) -> bool {
+        self.no_lock
+    }
+}
+
+impl Drop for SharedEnv {
+    fn drop(&mut self) {
+        let mut open = open_files();
+        // SAFETY: `self.env` is taken once, here, and never used after.
+        let env = unsafe { ManuallyDrop::take(&mut self.env) };
+        let ours = open.iter().position(|o| o.env.path() == env.path());
+        if let Some(i) = ours {
+            open[i].users -= 1;
+            if open[i].users == 0 {
+                open.swap_remove(i);
+            }
+        }
+        // The last clone closes the environment here, under the lock.
+        drop(env);
+    }
+}
+
+/// Opens an environment for reading, or shares the one this process has
+/// open on the same file. When the lock file cannot be created (read-only
+/// directory or medium), falls back to `NO_LOCK`: safe only while no
+/// process writes the file, which holds for a committed collection, since
 /// writers only create new files (see ARCHITECTURE.md, "Opening").
-pub(crate) fn open_read_env(path: &Path) -> Result<(Env<WithoutTls>, bool)> {
+pub(crate) fn open_read_env(path: &Path) -> Result<SharedEnv> {
     if !path.is_file() {
         return Err(Error::Io(std::io::Error::new(
             std::io::ErrorKind::NotFound,
             format!("{} is not a file", path.display()),
         )));
     }
-    let size = std::fs::metadata(path)
-        .map_err(|e| Error::io_at(path, e))?
-        .len();
+    let mut open = open_files();
+    // A writer may install another file at `path` between the look at the
+    // file and LMDB's open of it: the open is kept only when the file is
+    // the same before and after.
+    for _ in 0..3 {
+        let (file, size) = file_id(path)?;
+        if let Some(shared) = open.iter_mut().find(|o| o.file == file) {
+            shared.users += 1;
+            return Ok(SharedEnv {
+                env: ManuallyDrop::new(shared.env.clone()),
+                no_lock: shared.no_lock,
+            });
+        }
+        let (env, no_lock) = open_new_env(path, size, &open)?;
+        if file_id(path)?.0 != file {
+            continue;
+        }
+        open.push(OpenFile {
+            file,
+            path: env.path().to_path_buf(),
+            env: env.clone(),
+            no_lock,
+            users: 1,
+        });
+        return Ok(SharedEnv {
+            env: ManuallyDrop::new(env),
+            no_lock,
+        });
+    }
+    Err(Error::Io(std::io::Error::new(
+        std::io::ErrorKind::ResourceBusy,
+        format!(
+            "{}: replaced by another file during each of 3 opens",
+            path.display()
+        ),
+    )))
+}
+
+/// Why heed refused to open `path` a second time in this process.
+fn already_open(path: &Path, open: &[OpenFile]) -> Error {
+    let canonical = std::fs::canonicalize(path).ok();
+    let why = if open.iter().any(|o| Some(&o.path) == canonical.as_ref()) {
+        "a Reader of the collection this file replaced is still open in this process, \
+         and LMDB opens one file per path in a process: drop it first"
+    } else {
+        "already opened in this process outside molrec's Reader (through heed), \
+         and LMDB opens one file per path in a process"
+    };
+    Error::Io(std::io::Error::new(
+        std::io::ErrorKind::ResourceBusy,
+        format!("{}: {why}", path.display()),
+    ))
+}
+
+/// LMDB's open of a file of `size` bytes that none of `registered` is,
+/// with the checks of a whole file.
+fn open_new_env(
+    path: &Path,
+    size: u64,
+    registered: &[OpenFile],
+) -> Result<(Env<WithoutTls>, bool)> {
     let map = map_size_for(size);
     let open = |flags: EnvFlags| {
         let mut options = EnvOpenOptions::new().read_txn_without_tls();
@@ -149,8 +285,9 @@ pub(crate) fn open_read_env(path: &Path) -> Result<(Env<WithoutTls>, bool)> {
         // SAFETY: the flags are a valid combination for a read-only open.
         unsafe { options.flags(flags) };
         // SAFETY: the map is only read through transactions of this Env;
-        // heed refuses a second open of the same path in this process, and
-        // our writers never modify a committed file (they create new ones).
+        // this process opens a file once (`OPEN_FILES`) and heed refuses a
+        // second open of a path, and our writers never modify a committed
+        // file (they create new ones).
         unsafe { options.open(path) }
     };
     if size == 0 {
@@ -159,6 +296,7 @@ pub(crate) fn open_read_env(path: &Path) -> Result<(Env<WithoutTls>, bool)> {
     }
     let (env, no_lock) = match open(EnvFlags::NO_SUB_DIR | EnvFlags::READ_ONLY) {
         Ok(env) => (env, false),
+        Err(heed::Error::EnvAlreadyOpened) => return Err(already_open(path, registered)),
         Err(heed::Error::Io(e))
             if matches!(
                 e.kind(),

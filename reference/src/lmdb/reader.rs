@@ -4,8 +4,8 @@
 
 use super::resolve::{Layout, LayoutCache, Resolver};
 use super::{
-    frame_key, lmdb_error, open_read_env, parse_numbered_key, record_key, system_key, Db, FF_KEY,
-    INDEX_KEY, LAYOUT, LAYOUT_VERSION, META_KEY,
+    frame_key, lmdb_error, open_read_env, parse_numbered_key, record_key, system_key, Db,
+    SharedEnv, FF_KEY, INDEX_KEY, LAYOUT, LAYOUT_VERSION, META_KEY,
 };
 use crate::arrays::RecordArrays;
 use crate::clause::Clause;
@@ -28,9 +28,8 @@ use std::rc::Rc;
 
 /// An open collection file.
 pub struct Reader {
-    env: Env<WithoutTls>,
+    env: SharedEnv,
     db: Db,
-    no_lock: bool,
     collection: Document,
     schema: SequenceSchema,
     n_frames: u64,
@@ -42,10 +41,17 @@ pub struct Reader {
 
 impl Reader {
     /// Opens a committed collection and checks `meta` and the index.
+    ///
+    /// Readers of one file in a process share LMDB's environment, which
+    /// LMDB opens once per process: a second `open` of a file (by the same
+    /// path or another link) works while the first reader lives. It fails
+    /// (`ResourceBusy`) for a file installed at a path whose earlier file
+    /// this process still reads, until that reader is dropped.
     pub fn open(path: &Path) -> Result<Reader> {
-        let (env, no_lock) = open_read_env(path)?;
-        let txn = env.read_txn().map_err(lmdb_error)?;
+        let env = open_read_env(path)?;
+        let txn = env.env().read_txn().map_err(lmdb_error)?;
         let db: Db = env
+            .env()
             .open_database(&txn, None)
             .map_err(lmdb_error)?
             .ok_or(Error::Uncommitted)?;
@@ -64,7 +70,6 @@ impl Reader {
         Ok(Reader {
             env,
             db,
-            no_lock,
             collection,
             schema,
             n_frames,
@@ -77,7 +82,7 @@ impl Reader {
 
     /// Whether the file was opened without LMDB's lock file (read-only medium).
     pub fn is_lock_free(&self) -> bool {
-        self.no_lock
+        self.env.no_lock()
     }
 
     /// The collection document (`units`, provenance, ...).
@@ -116,16 +121,16 @@ impl Reader {
     }
 
     /// The environment and database, for the benchmark's raw baseline
-    /// (heed opens a file once per process).
+    /// (one environment per file and process).
     pub(crate) fn raw(&self) -> (&Env<WithoutTls>, &Db) {
-        (&self.env, &self.db)
+        (self.env.env(), &self.db)
     }
 
     /// Opens a read transaction; views borrowed from it stay valid while it lives.
     pub fn txn(&self) -> Result<RecordTxn<'_>> {
         Ok(RecordTxn {
             reader: self,
-            txn: self.env.read_txn().map_err(lmdb_error)?,
+            txn: self.env.env().read_txn().map_err(lmdb_error)?,
             layouts: RefCell::default(),
         })
     }
