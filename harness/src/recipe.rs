@@ -95,8 +95,17 @@ pub enum Edit {
         key: String,
         /// RFC 6901 pointer.
         pointer: String,
-        /// The new value.
-        value: Value,
+        /// The new value; exactly one of `value` and `value-json`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        value: Option<Value>,
+        /// The new value as JSON text: TOML has no null, so a null (or a
+        /// value holding one) is given this way.
+        #[serde(
+            default,
+            rename = "value-json",
+            skip_serializing_if = "Option::is_none"
+        )]
+        value_json: Option<String>,
     },
     /// Remove the member at a pointer of the JSON value at `key`.
     RemoveJson {
@@ -112,8 +121,16 @@ pub enum Edit {
         key: String,
         /// RFC 6901 pointer into the header.
         pointer: String,
-        /// The new value.
-        value: Value,
+        /// The new value; exactly one of `value` and `value-json`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        value: Option<Value>,
+        /// The new value as JSON text (for a null, as in `set-json`).
+        #[serde(
+            default,
+            rename = "value-json",
+            skip_serializing_if = "Option::is_none"
+        )]
+        value_json: Option<String>,
     },
     /// Remove a member of a frame-bytes value's header (re-encoded as for
     /// `set-header`).
@@ -347,7 +364,14 @@ fn edit_weight(edit: &Edit) -> u64 {
                 + hex.as_deref().map_or(0, len)
                 + text.as_deref().map_or(0, len)
         }
-        Edit::SetJson { value, .. } | Edit::SetHeader { value, .. } => len(&value.to_string()),
+        Edit::SetJson {
+            value, value_json, ..
+        }
+        | Edit::SetHeader {
+            value, value_json, ..
+        } => {
+            value.as_ref().map_or(0, |v| len(&v.to_string())) + value_json.as_deref().map_or(0, len)
+        }
         Edit::SetBytes { offset, hex, .. } => offset.saturating_add(len(hex)),
         _ => 0,
     };
@@ -402,6 +426,19 @@ fn apply_edits(env: &Env, edits: &[Edit]) -> Result<(), RecipeError> {
         .map_err(|e| RecipeError::whole(format!("cannot commit the edits: {e}")))
 }
 
+/// The value a `set-json` or `set-header` edit sets, from its one of
+/// `value` and `value-json`.
+fn new_value(value: &Option<Value>, value_json: &Option<String>) -> Result<Value, String> {
+    match (value, value_json) {
+        (Some(value), None) => Ok(value.clone()),
+        (None, Some(text)) => {
+            serde_json::from_str(text).map_err(|e| format!("value-json {text:?} is not JSON: {e}"))
+        }
+        (Some(_), Some(_)) => Err("both value and value-json are given; give one".into()),
+        (None, None) => Err("neither value nor value-json is given".into()),
+    }
+}
+
 fn get_value(db: Database<Bytes, Bytes>, wtxn: &RwTxn, key: &[u8]) -> Result<Vec<u8>, String> {
     match db.get(wtxn, key) {
         Ok(Some(v)) => Ok(v.to_vec()),
@@ -439,9 +476,15 @@ fn apply_edit(db: Database<Bytes, Bytes>, wtxn: &mut RwTxn, edit: &Edit) -> Resu
             Ok(false) => Err("the key is not in the file".into()),
             Err(e) => Err(format!("cannot delete the key: {e}")),
         },
-        Edit::SetJson { pointer, value, .. } => {
+        Edit::SetJson {
+            pointer,
+            value,
+            value_json,
+            ..
+        } => {
+            let value = new_value(value, value_json)?;
             let mut doc = read_json(&get_value(db, wtxn, &key)?)?;
-            set_pointer(&mut doc, pointer, value.clone())?;
+            set_pointer(&mut doc, pointer, value)?;
             put_value(
                 db,
                 wtxn,
@@ -459,9 +502,15 @@ fn apply_edit(db: Database<Bytes, Bytes>, wtxn: &mut RwTxn, edit: &Edit) -> Resu
                 &serde_json::to_vec(&doc).map_err(|e| e.to_string())?,
             )
         }
-        Edit::SetHeader { pointer, value, .. } => {
+        Edit::SetHeader {
+            pointer,
+            value,
+            value_json,
+            ..
+        } => {
+            let value = new_value(value, value_json)?;
             let old = get_value(db, wtxn, &key)?;
-            let new = edit_header(&old, |header| set_pointer(header, pointer, value.clone()))?;
+            let new = edit_header(&old, |header| set_pointer(header, pointer, value))?;
             put_value(db, wtxn, &key, &new)
         }
         Edit::RemoveHeader { pointer, .. } => {
@@ -785,5 +834,95 @@ fn to_i128(v: &Value) -> Option<i128> {
             .or_else(|| n.as_u64().map(i128::from)),
         Value::String(s) => s.parse::<i128>().ok(),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Materializes `edits` on an empty file holding `meta` = `{"a": 1}`
+    /// and returns what `meta` then holds, or the recipe's error.
+    fn meta_after(name: &str, edits: &str) -> Result<Value, RecipeError> {
+        let dir =
+            std::env::temp_dir().join(format!("harness-recipe-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("edited.mrec.lmdb");
+        let text = format!(
+            "base = \"empty\"\nedits = [{{ op = \"put\", key = \"meta\", text = '{{\"a\":1}}' }}, {edits}]"
+        );
+        let recipe = Recipe::from_toml(&text)?;
+        let mut no_writer = |_: &Value, _: &Path| -> Result<(), String> { unreachable!() };
+        let made = materialize(&recipe, &out, &mut no_writer, &dir);
+        let meta = made.map(|()| {
+            let mut options = EnvOpenOptions::new();
+            // SAFETY: valid flags for a read-only open of the file just
+            // made, which nothing else opens.
+            unsafe { options.flags(EnvFlags::NO_SUB_DIR | EnvFlags::READ_ONLY) };
+            // SAFETY: as above; closed before the directory is removed.
+            let env = unsafe { options.open(&out) }.unwrap();
+            let rtxn = env.read_txn().unwrap();
+            let db: Database<Bytes, Bytes> = env.open_database(&rtxn, None).unwrap().unwrap();
+            serde_json::from_slice(db.get(&rtxn, b"meta").unwrap().unwrap()).unwrap()
+        });
+        std::fs::remove_dir_all(&dir).unwrap();
+        meta
+    }
+
+    /// `value-json` sets what TOML cannot spell (a null, and a null inside
+    /// an object); `value` sets the rest as before.
+    #[test]
+    fn value_json_sets_a_null_where_value_cannot() {
+        let set = |pointer: &str, field: &str| {
+            let edit = format!(
+                "{{ op = \"set-json\", key = \"meta\", pointer = \"{pointer}\", {field} }}"
+            );
+            meta_after(
+                &format!("set{}-{}", pointer.replace('/', "-"), field.len()),
+                &edit,
+            )
+            .unwrap()
+        };
+        assert_eq!(
+            set("/a", "value-json = 'null'"),
+            serde_json::json!({"a": null})
+        );
+        assert_eq!(
+            set("/b", "value-json = '{\"fill\": null}'"),
+            serde_json::json!({"a": 1, "b": {"fill": null}})
+        );
+        assert_eq!(
+            set("/a", "value = \"null\""),
+            serde_json::json!({"a": "null"})
+        );
+    }
+
+    /// A `set-json` with both or neither of `value` and `value-json`, or
+    /// with text that is not JSON, is refused, naming the edit.
+    #[test]
+    fn value_and_value_json_are_one_or_the_other() {
+        for (name, fields, says) in [
+            (
+                "both",
+                "value = 1, value-json = '2'",
+                "both value and value-json",
+            ),
+            ("neither", "", "neither value nor value-json"),
+            ("not-json", "value-json = 'nul'", "is not JSON"),
+        ] {
+            let fields = if fields.is_empty() {
+                String::new()
+            } else {
+                format!(", {fields}")
+            };
+            let edit = format!("{{ op = \"set-json\", key = \"meta\", pointer = \"/a\"{fields} }}");
+            let e = meta_after(name, &edit).unwrap_err();
+            assert_eq!(e.edit, Some(1), "{name}: {e}");
+            assert!(
+                e.message.starts_with("edit 1 (set-json meta): "),
+                "{name}: {e}"
+            );
+            assert!(e.message.contains(says), "{name}: {e}");
+        }
     }
 }

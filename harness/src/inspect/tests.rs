@@ -127,7 +127,8 @@ fn set_json(key: &str, pointer: &str, value: Value) -> Edit {
     Edit::SetJson {
         key: key.into(),
         pointer: pointer.into(),
-        value,
+        value: Some(value),
+        value_json: None,
     }
 }
 
@@ -135,7 +136,8 @@ fn set_header(key: &str, pointer: &str, value: Value) -> Edit {
     Edit::SetHeader {
         key: key.into(),
         pointer: pointer.into(),
-        value,
+        value: Some(value),
+        value_json: None,
     }
 }
 
