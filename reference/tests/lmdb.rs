@@ -288,7 +288,8 @@ fn threads_opening_and_dropping_readers_of_one_file_all_read_it() {
 /// cannot be opened by that path until the earlier readers are dropped
 /// (LMDB opens one file per path in a process); the refusal says so and
 /// names the path, and the earlier reader reads its collection whole.
-/// A path that this process opened through heed directly is refused alike.
+/// A path that this process opened through heed directly, or a writer's
+/// partial file, is refused alike.
 #[test]
 fn a_file_installed_over_one_still_read_opens_once_its_readers_are_dropped() {
     let path = scratch_file("lmdb-test", "shared-replaced");
@@ -300,16 +301,16 @@ fn a_file_installed_over_one_still_read_opens_once_its_readers_are_dropped() {
         ..WriterOptions::default()
     };
     write_json(&path, &collection_json(4, 2, 1.0), overwrite).unwrap();
-    let busy = |e: Error, why: &str| match e {
-        Error::Io(io) => {
+    let busy = |opened: &Path, why: &str| match Reader::open(opened).err() {
+        Some(Error::Io(io)) => {
             let message = io.to_string();
             assert_eq!(io.kind(), std::io::ErrorKind::ResourceBusy, "{message}");
-            assert!(message.contains(&*path.to_string_lossy()), "{message}");
+            assert!(message.contains(&*opened.to_string_lossy()), "{message}");
             assert!(message.contains(why), "{message}");
         }
         other => panic!("{other:?}"),
     };
-    busy(Reader::open(&path).err().unwrap(), "drop it first");
+    busy(&path, "drop it first");
     assert_eq!(reader.n_records(), 3);
     assert_eq!(reader.txn().unwrap().record(2).unwrap(), old.records[2]);
     drop(reader);
@@ -320,9 +321,18 @@ fn a_file_installed_over_one_still_read_opens_once_its_readers_are_dropped() {
     unsafe { options.flags(EnvFlags::NO_SUB_DIR | EnvFlags::READ_ONLY) };
     // SAFETY: read-only; dropped at the end of the test.
     let outside = unsafe { options.open(&path) }.unwrap();
-    busy(Reader::open(&path).err().unwrap(), "through heed");
+    busy(&path, "not by a Reader");
     drop(outside);
     assert_eq!(Reader::open(&path).unwrap().n_records(), 4);
+
+    // The partial file of a writer in this process, alike.
+    let next = scratch_file("lmdb-test", "shared-writing");
+    let header = collection_from_json(&collection_json(1, 2, 0.0))
+        .unwrap()
+        .header;
+    let writer = Writer::create(&next, header, WriterOptions::default()).unwrap();
+    busy(&partial_path(&next), "not by a Reader");
+    drop(writer);
 }
 
 /// A reader that opens the path through a lock file still held by readers

@@ -262,8 +262,8 @@ fn already_open(path: &Path, open: &[OpenFile]) -> Error {
         "a Reader of the collection this file replaced is still open in this process, \
          and LMDB opens one file per path in a process: drop it first"
     } else {
-        "already opened in this process outside molrec's Reader (through heed), \
-         and LMDB opens one file per path in a process"
+        "already open in this process, but not by a Reader (by a Writer, or by \
+         heed used directly), and LMDB opens one file per path in a process"
     };
     Error::Io(std::io::Error::new(
         std::io::ErrorKind::ResourceBusy,
