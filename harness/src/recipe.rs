@@ -841,20 +841,17 @@ fn to_i128(v: &Value) -> Option<i128> {
 mod tests {
     use super::*;
 
-    /// Materializes `edits` on an empty file holding `meta` = `{"a": 1}`
-    /// and returns what `meta` then holds, or the recipe's error.
-    fn meta_after(name: &str, edits: &str) -> Result<Value, RecipeError> {
+    /// Materializes `edits` on an empty file and returns the value then
+    /// stored at `key` (recipe spelling), or the recipe's error.
+    fn stored_after(name: &str, edits: &str, key: &str) -> Result<Vec<u8>, RecipeError> {
         let dir =
             std::env::temp_dir().join(format!("harness-recipe-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let out = dir.join("edited.mrec.lmdb");
-        let text = format!(
-            "base = \"empty\"\nedits = [{{ op = \"put\", key = \"meta\", text = '{{\"a\":1}}' }}, {edits}]"
-        );
-        let recipe = Recipe::from_toml(&text)?;
+        let recipe = Recipe::from_toml(&format!("base = \"empty\"\nedits = [{edits}]"))?;
         let mut no_writer = |_: &Value, _: &Path| -> Result<(), String> { unreachable!() };
         let made = materialize(&recipe, &out, &mut no_writer, &dir);
-        let meta = made.map(|()| {
+        let stored = made.map(|()| {
             let mut options = EnvOpenOptions::new();
             // SAFETY: valid flags for a read-only open of the file just
             // made, which nothing else opens.
@@ -863,10 +860,18 @@ mod tests {
             let env = unsafe { options.open(&out) }.unwrap();
             let rtxn = env.read_txn().unwrap();
             let db: Database<Bytes, Bytes> = env.open_database(&rtxn, None).unwrap().unwrap();
-            serde_json::from_slice(db.get(&rtxn, b"meta").unwrap().unwrap()).unwrap()
+            let key = parse_key(key).unwrap();
+            db.get(&rtxn, &key).unwrap().unwrap().to_vec()
         });
         std::fs::remove_dir_all(&dir).unwrap();
-        meta
+        stored
+    }
+
+    /// `meta` = `{"a": 1}`, then `edit`: what `meta` holds after.
+    fn meta_after(name: &str, edit: &str) -> Result<Value, RecipeError> {
+        let put = "{ op = \"put\", key = \"meta\", text = '{\"a\":1}' }";
+        let meta = stored_after(name, &format!("{put}, {edit}"), "meta")?;
+        Ok(serde_json::from_slice(&meta).unwrap())
     }
 
     /// `value-json` sets what TOML cannot spell (a null, and a null inside
@@ -924,5 +929,28 @@ mod tests {
             );
             assert!(e.message.contains(says), "{name}: {e}");
         }
+    }
+
+    /// `set-header` takes `value-json` too: a null in a frame's header.
+    #[test]
+    fn value_json_sets_a_null_in_a_frame_header() {
+        // MRF1, the header's length, the header, padding to 8 bytes.
+        let header = br#"{"blocks":{},"meta":{"pe":1.5}}"#;
+        let mut frame = b"MRF1".to_vec();
+        frame.extend_from_slice(&(header.len() as u32).to_le_bytes());
+        frame.extend_from_slice(header);
+        frame.resize(frame.len().next_multiple_of(8), b' ');
+        let hex: String = frame.iter().map(|b| format!("{b:02x}")).collect();
+        let edits = format!(
+            "{{ op = \"put\", key = \"f:0\", hex = \"{hex}\" }}, \
+             {{ op = \"set-header\", key = \"f:0\", pointer = \"/meta/pe\", value-json = 'null' }}"
+        );
+        let stored = stored_after("set-header", &edits, "f:0").unwrap();
+        let len = u32::from_le_bytes(stored[4..8].try_into().unwrap()) as usize;
+        let header: Value = serde_json::from_slice(&stored[8..8 + len]).unwrap();
+        assert_eq!(
+            header,
+            serde_json::json!({"blocks": {}, "meta": {"pe": null}})
+        );
     }
 }
