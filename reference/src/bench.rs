@@ -1311,11 +1311,63 @@ fn machine() -> Value {
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         "cpu": cpu,
         "memory_bytes": mem_bytes,
+        "last_level_cache_bytes": last_level_cache_bytes(Path::new("/sys/devices/system/cpu/cpu0/cache")),
         "os": std::env::consts::OS,
         "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .map(|s| s.trim().to_string()).ok(),
         "release_build": !cfg!(debug_assertions),
     })
+}
+
+/// The size of the largest data cache of CPU 0 (its last level, shared by
+/// the cores), from sysfs (`cache`: `/sys/devices/system/cpu/cpu0/cache`).
+/// A file it holds reads in shuffled order nearly as fast as in order; one
+/// larger is read from memory (docs/benchmark.md).
+fn last_level_cache_bytes(cache: &Path) -> Option<u64> {
+    let field = |dir: &Path, name: &str| std::fs::read_to_string(dir.join(name)).ok();
+    std::fs::read_dir(cache)
+        .ok()?
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|dir| field(dir, "type").is_some_and(|t| t.trim() != "Instruction"))
+        .filter_map(|dir| {
+            let level: u32 = field(&dir, "level")?.trim().parse().ok()?;
+            Some((level, cache_size_bytes(&field(&dir, "size")?)?))
+        })
+        .max()
+        .map(|(_, bytes)| bytes)
+}
+
+/// A sysfs cache size (`48K`, `2048K`, `32M`) in bytes.
+fn cache_size_bytes(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => text.split_at(i),
+        None => (text, ""),
+    };
+    let scale = match unit {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        _ => return None,
+    };
+    digits.parse::<u64>().ok()?.checked_mul(scale)
+}
+
+/// A note for the table when the collection file is larger than the CPU's
+/// last-level cache: then a shuffled read fetches each record from memory,
+/// and reads slower than on a file the cache holds (the peer, bound by
+/// zlib and JSON, does not).
+fn file_beyond_cache_note(file_bytes: u64, cache_bytes: Option<u64>) -> Option<String> {
+    let cache = cache_bytes.filter(|&c| c > 0 && file_bytes > c)?;
+    Some(format!(
+        "note: the collection file ({}) is larger than the CPU's last-level cache ({}): the \
+         shuffled reads fetch each record from memory, slower than from a file the cache holds \
+         (docs/benchmark.md, \"What limits the figures\")\n",
+        mib(file_bytes),
+        mib(cache)
+    ))
 }
 
 /// Bytes the two files take per record, a tenth over what they took at the
@@ -2041,8 +2093,11 @@ impl Figures {
             self.opts.seed
         ));
         table.push_str(&format!(
-            "machine: {cores} cores, {}, {}; allocator: {}{}\n",
+            "machine: {cores} cores, {}{}, {}; allocator: {}{}\n",
             machine["cpu"].as_str().unwrap_or("?"),
+            machine["last_level_cache_bytes"]
+                .as_u64()
+                .map_or(String::new(), |b| format!(" ({} last-level cache)", mib(b))),
             machine["memory_bytes"]
                 .as_u64()
                 .map_or("?".into(), |b| format!(
@@ -2074,6 +2129,10 @@ impl Figures {
             );
         }
         if let Some(note) = kernel_bound_write_note(self.write_cpu_user, self.write_cpu_system) {
+            table.push_str(&note);
+        }
+        let cache = machine["last_level_cache_bytes"].as_u64();
+        if let Some(note) = file_beyond_cache_note(self.file_bytes, cache) {
             table.push_str(&note);
         }
         table.push_str(&format!(
@@ -2339,6 +2398,58 @@ mod tests {
         let stat = "42 (a b) c) S 1 42 42 0 -1 4194304 100 0 0 0 250 75 0 0 20 0 1 0";
         assert_eq!(user_system_secs(stat), (2.5, 0.75));
         assert_eq!(user_system_secs(""), (0.0, 0.0));
+    }
+
+    #[test]
+    fn cache_sizes_read_as_sysfs_writes_them() {
+        assert_eq!(cache_size_bytes("48K\n"), Some(48 << 10));
+        assert_eq!(cache_size_bytes("491520K"), Some(480 << 20));
+        assert_eq!(cache_size_bytes("32M"), Some(32 << 20));
+        assert_eq!(cache_size_bytes("512"), Some(512));
+        for bad in ["", "K", "12 K", "12T", "-1K", "99999999999999999999K"] {
+            assert_eq!(cache_size_bytes(bad), None, "{bad:?}");
+        }
+    }
+
+    /// The largest level that holds data wins: an instruction cache, a
+    /// directory without a level or size, and a bad size are passed over.
+    #[test]
+    fn the_last_level_cache_is_the_highest_data_level() {
+        let root = std::env::temp_dir().join(format!("mrec-bench-cache-{}", std::process::id()));
+        let index = |i: u32, level: &str, kind: &str, size: &str| {
+            let dir = root.join(format!("index{i}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            for (name, text) in [("level", level), ("type", kind), ("size", size)] {
+                if !text.is_empty() {
+                    std::fs::write(dir.join(name), format!("{text}\n")).unwrap();
+                }
+            }
+        };
+        index(0, "1", "Data", "48K");
+        index(1, "1", "Instruction", "64K");
+        index(2, "2", "Unified", "2048K");
+        assert_eq!(last_level_cache_bytes(&root), Some(2048 << 10));
+        index(3, "3", "Unified", "32M");
+        index(4, "4", "Instruction", "1G");
+        index(5, "", "Unified", "2G");
+        index(6, "5", "Unified", "lots");
+        std::fs::create_dir_all(root.join("power")).unwrap();
+        assert_eq!(last_level_cache_bytes(&root), Some(32 << 20));
+        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(last_level_cache_bytes(&root), None);
+    }
+
+    #[test]
+    fn a_file_beyond_the_cache_is_noted() {
+        assert_eq!(file_beyond_cache_note(100 << 20, Some(480 << 20)), None);
+        assert_eq!(file_beyond_cache_note(480 << 20, Some(480 << 20)), None);
+        assert_eq!(file_beyond_cache_note(100 << 20, None), None);
+        assert_eq!(file_beyond_cache_note(100 << 20, Some(0)), None);
+        let note = file_beyond_cache_note(3872 << 20, Some(480 << 20)).unwrap();
+        assert!(
+            note.contains("(3872.0 MiB)") && note.contains("cache (480.0 MiB)"),
+            "{note}"
+        );
     }
 
     #[test]
