@@ -9,8 +9,9 @@
 //!
 //! 1. the write (frames/s, peak and growth of resident memory, file size
 //!    against the raw payload),
-//! 2. reading records as owned arrays ([`RecordTxn::record_arrays`]), and
-//!    (2b) as the model ([`RecordTxn::record`]),
+//! 2. reading records as owned arrays ([`RecordTxn::record_arrays`]),
+//!    (2b) as the model ([`RecordTxn::record`]), and (2c) as owned arrays
+//!    in index order (what the shuffle costs),
 //! 3. reading records as views ([`RecordTxn::for_each_frame`]),
 //! 4. reading the same keys as raw LMDB values (nothing decoded),
 //! 5. reading the peer file (inflate + JSON parse),
@@ -1667,6 +1668,8 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
     let (peer_env, peer_db) = open_ro(&peer_path)?;
     let (env, db) = reader.raw();
     let arrays = || arrays_pass(&reader.txn()?, &order);
+    let index_order: Vec<u64> = (0..n).collect();
+    let arrays_in_order = || arrays_pass(&reader.txn()?, &index_order);
     let raw = || raw_pass(env, db, &order, &first, &counts).map(Seen::bytes);
     let owned = || owned_pass(&reader.txn()?, &order).map(Seen::frames);
     let views = || views_pass(&reader.txn()?, &order);
@@ -1686,9 +1689,10 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
         raw_pass(env, db, &order, &first, &counts)?;
         touch_all(&peer_env, &peer_db).map(Seen::bytes)
     };
-    let mut figures: [(&str, &dyn Fn() -> Result<Seen>); 9] = [
+    let mut figures: [(&str, &dyn Fn() -> Result<Seen>); 10] = [
         ("touch both files", &touch),
         ("(2) owned arrays", &arrays),
+        ("(2c) owned arrays, index order", &arrays_in_order),
         ("(4) raw LMDB", &raw),
         ("(2b) owned model", &owned),
         ("(3) views", &views),
@@ -1699,9 +1703,9 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
     ];
     let round_bar = bar(opts.progress, passes as u64 + 1, "read rounds", "rounds");
     let (timings, seen) = measure_rounds(passes, &round_bar, &mut figures)?;
-    let [_, arrays_t, raw_t, owned_t, views_t, threads_t, threads_views_t, index_t, peer_t] =
+    let [_, arrays_t, in_order_t, raw_t, owned_t, views_t, threads_t, threads_views_t, index_t, peer_t] =
         timings;
-    let [_, arrays_tally, raw_seen, owned_seen, views_tally, threads_tally, threads_views_tally, index_seen, peer_seen] =
+    let [_, arrays_tally, in_order_tally, raw_seen, owned_seen, views_tally, threads_tally, threads_views_tally, index_seen, peer_seen] =
         seen;
     let (raw_bytes, owned_frames) = (raw_seen.bytes, owned_seen.frames);
     let (small, hits) = index_seen.matches;
@@ -1713,6 +1717,7 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
 
     for (what, got) in [
         ("owned arrays", arrays_tally.frames),
+        ("owned arrays in index order", in_order_tally.frames),
         ("owned model", owned_frames),
         ("views", views_tally.frames),
         ("two threads", threads_tally.frames),
@@ -1728,6 +1733,7 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
     for (what, sum_x) in [
         ("views", views_tally.sum_x),
         ("owned arrays", arrays_tally.sum_x),
+        ("owned arrays in index order", in_order_tally.sum_x),
     ] {
         if (sum_x - peer_sum_x).abs() > 1e-6 * (1.0 + peer_sum_x.abs()) {
             return Err(Error::Lmdb(format!(
@@ -1758,6 +1764,7 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
         samples,
         peer_write,
         arrays: arrays_t,
+        arrays_in_order: in_order_t,
         owned: owned_t,
         views: views_t,
         views_tally,
@@ -1801,6 +1808,8 @@ struct Figures {
     samples: Vec<(u64, Mem)>,
     peer_write: PeerWrite,
     arrays: Timing,
+    /// (2c): the arrays read in index order.
+    arrays_in_order: Timing,
     owned: Timing,
     views: Timing,
     views_tally: Seen,
@@ -1898,6 +1907,7 @@ impl Figures {
     fn report(&self) -> Report {
         let n_frames = self.n_frames;
         let arrays = self.arrays.rate(n_frames);
+        let in_order = self.arrays_in_order.rate(n_frames);
         let owned = self.owned.rate(n_frames);
         let views = self.views.rate(n_frames);
         let raw = self.raw.rate(n_frames);
@@ -1915,6 +1925,7 @@ impl Figures {
         let owned_peer = time_ratio(&self.peer, &self.owned);
         let views_peer = time_ratio(&self.peer, &self.views);
         let threads_arrays = time_ratio(&self.arrays, &self.threads);
+        let in_order_arrays = time_ratio(&self.arrays, &self.arrays_in_order);
         let threads_views_scaling = time_ratio(&self.views, &self.threads_views);
         let rss_growth = self.mem_end.rss as i64 - self.mem_start.rss as i64;
         let anon_growth = self.max_anon as i64 - self.mem_start.anon as i64;
@@ -2011,6 +2022,18 @@ impl Figures {
                 .target(">= 1,000,000 frames/s", arrays.median >= 1e6)
                 .cpu(self.arrays.cpu_share()),
         );
+        let (m, lo, hi) = r3(in_order, rate);
+        rows.push(
+            row(
+                "(2c) read in index order, owned arrays (frames/s)",
+                m,
+                lo,
+                hi,
+            )
+            .cpu(self.arrays_in_order.cpu_share()),
+        );
+        let (m, lo, hi) = r3(in_order_arrays, times);
+        rows.push(row("    speed (2c)/(2): what the shuffle costs", m, lo, hi));
         let (m, lo, hi) = r3(owned, rate);
         rows.push(
             row("(2b) read shuffled, owned model (frames/s)", m, lo, hi)
@@ -2271,6 +2294,7 @@ impl Figures {
                 "file_over_values": self.file_bytes as f64 / self.raw_bytes as f64,
             },
             "read_owned_arrays": self.arrays.json(n_frames, "frames_per_s"),
+            "read_owned_arrays_in_index_order": self.arrays_in_order.json(n_frames, "frames_per_s"),
             "read_owned_model": self.owned.json(n_frames, "frames_per_s"),
             "read_views": {
                 "timing": self.views.json(n_frames, "frames_per_s"),
@@ -2304,6 +2328,7 @@ impl Figures {
                 "speed_views_over_peer": views_peer.json(),
                 "speed_two_threads_over_owned_arrays": threads_arrays.json(),
                 "speed_two_threads_views_over_views": threads_views_scaling.json(),
+                "speed_index_order_over_shuffled": in_order_arrays.json(),
                 "file_over_payload": file_ratio,
                 "peer_file_over_ours": self.peer_write.file_bytes as f64 / self.file_bytes as f64,
             },
