@@ -1320,10 +1320,11 @@ fn machine() -> Value {
     })
 }
 
-/// The size of the largest data cache of CPU 0 (its last level, shared by
-/// the cores), from sysfs (`cache`: `/sys/devices/system/cpu/cpu0/cache`).
-/// A file it holds reads in shuffled order nearly as fast as in order; one
-/// larger is read from memory (docs/benchmark.md).
+/// The size of CPU 0's last-level cache: the highest level that holds data
+/// (the largest, if sysfs lists two), from sysfs (`cache`:
+/// `/sys/devices/system/cpu/cpu0/cache`). A file it holds reads in
+/// shuffled order nearly as fast as in order; one larger is read from
+/// memory (docs/benchmark.md).
 fn last_level_cache_bytes(cache: &Path) -> Option<u64> {
     let field = |dir: &Path, name: &str| std::fs::read_to_string(dir.join(name)).ok();
     std::fs::read_dir(cache)
