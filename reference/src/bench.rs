@@ -2512,7 +2512,14 @@ mod tests {
         .unwrap();
         assert!(report.table().contains("(7) two threads"));
         assert!(report.table().contains("user / system (kernel)"));
+        assert!(report.table().contains("(2c) read in index order"));
         assert_eq!(report.json()["workload"]["records"], 40);
+        // (2c) and its ratio to (2) are in the JSON (`run` has checked that
+        // it read every frame and the same x as the peer).
+        let in_order = &report.json()["read_owned_arrays_in_index_order"]["frames_per_s"];
+        assert!(in_order["median"].as_f64().unwrap() > 0.0, "{in_order}");
+        let ratio = &report.json()["ratios"]["speed_index_order_over_shuffled"];
+        assert!(ratio["median"].as_f64().unwrap() > 0.0, "{ratio}");
         let write = &report.json()["write"];
         let (all, system) = (
             write["cpu_secs_with_generation"].as_f64().unwrap(),
