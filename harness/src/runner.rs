@@ -186,7 +186,12 @@ fn round_trip_write(
         );
     }
     match ctx.reference.read(path) {
-        Outcome::Done(actual) => judged(&fixture, &actual, "the reference read back"),
+        Outcome::Done(actual) => judged(
+            &fixture,
+            Expect::Written,
+            &actual,
+            "the reference read back",
+        ),
         Outcome::Refused { message, clause } => (
             Verdict::Fail,
             format!("the reference refused the written file: {message}"),
@@ -234,12 +239,27 @@ fn round_trip_read(
     if let Err(e) = prepared {
         return (Verdict::Error, e, None);
     }
-    read_and_judge(&fixture, imp, path)
+    read_and_judge(&fixture, Expect::Written, imp, path)
 }
 
-fn read_and_judge(fixture: &Value, imp: &mut dyn Implementation, path: &Path) -> Decided {
+/// What a fixture is to the judge: the collection a writer was handed
+/// (its values rounded to their declared precisions, as a writer stores
+/// them) or what a file holds, values as stored (read-accept cases, whose
+/// file a recipe built: a reader hands back the stored bits).
+#[derive(Clone, Copy)]
+enum Expect {
+    Written,
+    Stored,
+}
+
+fn read_and_judge(
+    fixture: &Value,
+    expect: Expect,
+    imp: &mut dyn Implementation,
+    path: &Path,
+) -> Decided {
     match imp.read(path) {
-        Outcome::Done(actual) => judged(fixture, &actual, "read back"),
+        Outcome::Done(actual) => judged(fixture, expect, &actual, "read back"),
         Outcome::Refused { message, clause } => (
             Verdict::Fail,
             format!("refused a valid file: {message}"),
@@ -250,8 +270,12 @@ fn read_and_judge(fixture: &Value, imp: &mut dyn Implementation, path: &Path) ->
     }
 }
 
-fn judged(fixture: &Value, actual: &Value, what: &str) -> Decided {
-    match judge::compare(fixture, actual) {
+fn judged(fixture: &Value, expect: Expect, actual: &Value, what: &str) -> Decided {
+    let compared = match expect {
+        Expect::Written => judge::compare(fixture, actual),
+        Expect::Stored => judge::compare_stored(fixture, actual),
+    };
+    match compared {
         Ok(diffs) if diffs.is_empty() => (Verdict::Pass, String::new(), None),
         Ok(diffs) => {
             let mut detail = format!(
@@ -265,7 +289,10 @@ fn judged(fixture: &Value, actual: &Value, what: &str) -> Decided {
                 ));
             }
             if let (Ok(e), Ok(a)) = (
-                judge::expected_logical(fixture),
+                match expect {
+                    Expect::Written => judge::expected_logical(fixture),
+                    Expect::Stored => judge::stored_logical(fixture),
+                },
                 judge::actual_logical(actual),
             ) {
                 detail.push_str(&judge::short_diff(&e, &a, 40));
@@ -348,7 +375,7 @@ fn read_accept(
     if let Err(decided) = build_recipe(case, ctx, path) {
         return decided;
     }
-    read_and_judge(&fixture, imp, path)
+    read_and_judge(&fixture, Expect::Stored, imp, path)
 }
 
 /// Builds the case's recipe at `path`, its base written by the reference.

@@ -71,6 +71,7 @@ clauses! {
     PrecisionF64Only => "column.precision.f64-only",
     PrecisionRange => "column.precision.range",
     PrecisionPlacement => "column.precision.placement",
+    PrecisionOffGrid => "column.precision.off-grid-reported",
     ColumnReservedName => "column.reserved-names",
     FrameReservedBlockName => "frame.reserved-block-names",
     RowReferenceRange => "rowref.in-range",
@@ -83,6 +84,7 @@ clauses! {
     BoxShape => "box.shape",
     BoxUndefinedBoundary => "box.undefined-boundary",
     BoxUndefinedCell => "box.undefined-cell",
+    BoxCellDefinedOne => "box.trajectory-one-cell-defined",
     // Force field (DIGEST §11).
     ForceFieldDocument => "forcefield.document",
     ForceFieldTable => "forcefield.table",
@@ -96,6 +98,7 @@ clauses! {
     IndexTotal => "lmdb.index.total",
     IndexColumns => "lmdb.index.columns",
     IndexHasTrajectory => "lmdb.index.has-trajectory",
+    IndexAtomCount => "lmdb.index.n-atoms",
     FrameMissing => "lmdb.frame.missing",
     FrameUndeclaredBlock => "lmdb.frame.undeclared-block",
     FrameUndeclaredMeta => "lmdb.frame.undeclared-meta",

@@ -98,6 +98,31 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// What a validator reports about a file that readers accept: a `should`
+/// of the spec it breaks (a value off its declared precision's grid), kept
+/// apart from the refusals.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Finding {
+    /// The clause (of level `should`) the file breaks.
+    pub clause: Clause,
+    /// Where, e.g. `records[3].system.blocks.atoms.columns.x`.
+    pub at: String,
+    /// What was seen there.
+    pub detail: String,
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "[{}] (should) {}: {}",
+            self.clause.id(),
+            self.at,
+            self.detail
+        )
+    }
+}
+
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Error {
         Error::Io(e)

@@ -36,6 +36,33 @@ pub fn round_column(values: &mut [f64], p: f64) {
     }
 }
 
+/// Where a column with declared precision `p` holds values a writer would
+/// not have stored: values `x` whose [`round_to_quantum`] is not `x` bit
+/// for bit. Rows whose flag in `valid` is false are skipped (a null row is
+/// unconstrained); `row_width` is the number of values per row. Returns how
+/// many there are and the index of the first, `None` when every value is on
+/// the grid. A reader never rounds these (frame.md, "Declared precision");
+/// a validator reports them.
+pub fn off_grid(
+    values: &[f64],
+    row_width: usize,
+    valid: Option<&[bool]>,
+    p: f64,
+) -> Option<(usize, usize)> {
+    let q = quantum(p);
+    let mut found: Option<(usize, usize)> = None;
+    for (i, &x) in values.iter().enumerate() {
+        let row = i.checked_div(row_width).unwrap_or(0);
+        if valid.is_some_and(|m| !m.get(row).copied().unwrap_or(true)) {
+            continue;
+        }
+        if round_to_quantum(x, q).to_bits() != x.to_bits() {
+            found = Some(found.map_or((1, i), |(n, first)| (n + 1, first)));
+        }
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,6 +102,20 @@ mod tests {
             round_to_quantum(below, q),
             (below / q).round_ties_even() * q
         );
+    }
+
+    #[test]
+    fn off_grid_counts_values_a_writer_would_not_store() {
+        // p = 0.9: the quantum is 0.5, so 1.0 and 1.5 are on the grid, 1.2
+        // and 0.7 are not (a nearest-power-of-two quantum, 1.0, would call
+        // 1.5 off the grid instead).
+        let values = [1.0, 1.2, 1.5, 0.7, f64::NAN, -0.0];
+        assert_eq!(off_grid(&values, 1, None, 0.9), Some((2, 1)));
+        // Null rows are unconstrained: with rows of two values, row 0
+        // (1.0, 1.2) is null and only 0.7 is left.
+        let mask = [false, true, true];
+        assert_eq!(off_grid(&values, 2, Some(&mask), 0.9), Some((1, 3)));
+        assert_eq!(off_grid(&[0.5, 2.0, f64::INFINITY], 1, None, 0.9), None);
     }
 
     #[test]

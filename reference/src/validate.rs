@@ -28,6 +28,19 @@ pub const ENDPOINT_COLUMNS: [&str; 4] = ["atomi", "atomj", "atomk", "atoml"];
 /// Newest `molrec_version` this implementation supports.
 pub const MOLREC_VERSION: i64 = 1;
 
+/// What the checks do with a column's declared precision. A writer stores
+/// the rounded values; a reader hands back the stored bits and neither
+/// re-rounds nor refuses a value off the grid (frame.md, "Declared
+/// precision": that is the writer's defect, which a validator reports, see
+/// [`off_grid`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rounding {
+    /// Round every value to its column's quantum (the writer).
+    Apply,
+    /// Leave the values as they are (readers).
+    Keep,
+}
+
 /// Checks the collection document and stamps `molrec_version`.
 pub fn prepare_collection_meta(meta: &mut Document) -> Result<()> {
     match meta.get("molrec_version") {
@@ -224,13 +237,15 @@ fn check_precision(precision: Option<f64>, dtype: DType, at: &str) -> Result<()>
     Ok(())
 }
 
-/// Checks one column against its block's row count, and rounds it to its
-/// declared precision (`precision` overrides the column's own when given).
+/// Checks one column against its block's row count, and with
+/// [`Rounding::Apply`] rounds it to its declared precision (`precision`
+/// overrides the column's own when given).
 pub fn prepare_column(
     col: &mut Column,
     name: &str,
     count: u64,
     precision: Option<f64>,
+    rounding: Rounding,
     at: &str,
 ) -> Result<()> {
     if name == "_validity" {
@@ -273,20 +288,21 @@ pub fn prepare_column(
     check_precision(col.precision, col.dtype(), at)?;
     if let Some(p) = precision.or(col.precision) {
         check_precision(Some(p), col.dtype(), at)?;
-        if let ColumnData::F64(values) = &mut col.data {
+        if let (Rounding::Apply, ColumnData::F64(values)) = (rounding, &mut col.data) {
             round_column(values, p);
         }
     }
     Ok(())
 }
 
-/// Checks a block of a system, the index or a force field and rounds its columns.
-pub fn prepare_block(block: &mut Block, at: &str) -> Result<()> {
+/// Checks a block of a system, the index or a force field (and rounds its
+/// columns with [`Rounding::Apply`]).
+pub fn prepare_block(block: &mut Block, rounding: Rounding, at: &str) -> Result<()> {
     check_shape_product(block.structural_shape.as_deref(), block.count, at)?;
     let count = block.count;
     for (name, col) in &mut block.columns {
         // prepare_column refuses at exactly the path it is given.
-        prepare_column(col, name, count, None, "")
+        prepare_column(col, name, count, None, rounding, "")
             .map_err(|e| e.within(&format!("{at}.columns.{name}")))?;
     }
     Ok(())
@@ -375,7 +391,7 @@ pub(crate) fn check_against_system_block<'c>(
 }
 
 /// Checks a system frame: typed meta, reserved names, blocks, row references, cell.
-pub fn prepare_system(frame: &mut Frame, at: &str) -> Result<()> {
+pub fn prepare_system(frame: &mut Frame, rounding: Rounding, at: &str) -> Result<()> {
     // Paths are formatted only on the error path: readers run this for
     // every record they read whole.
     prepare_typed_meta(&mut frame.meta, &mut frame.meta_types, "meta").map_err(|e| e.within(at))?;
@@ -388,7 +404,7 @@ pub fn prepare_system(frame: &mut Frame, at: &str) -> Result<()> {
                 "block name `box` is reserved in a frame"
             );
         }
-        prepare_block(block, "").map_err(|e| e.within(&bat()))?;
+        prepare_block(block, rounding, "").map_err(|e| e.within(&bat()))?;
     }
     check_cell(frame.cell.as_mut(), "box").map_err(|e| e.within(at))?;
     let blocks: BTreeMap<&str, &Block> =
@@ -439,6 +455,24 @@ fn check_cell(cell: Option<&mut Cell>, at: &str) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// An update's cell against the trajectory's one `cell_defined` (that of
+/// its first cell): frame.md, "Simulation box": on a trajectory the flag is
+/// the box section's one attribute and an update carries none of its own,
+/// so a cell that becomes defined or undefined mid-record has no form.
+/// Shared by the writer and the reader's resolver; paths relative to the
+/// frame.
+pub(crate) fn check_cell_defined(cell: Option<&Cell>, trajectory: Option<bool>) -> Result<()> {
+    match (cell, trajectory) {
+        (Some(cell), Some(first)) if cell.defined != first => refuse!(
+            BoxCellDefinedOne,
+            "box.cell_defined",
+            "is {} here and {first} at the trajectory's first cell: a trajectory has one cell_defined",
+            cell.defined
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// Checks the row references of resolved `blocks`: endpoint columns point at
@@ -513,7 +547,11 @@ fn check_row_references(
 }
 
 /// Checks the collection's own index columns against the number of records.
-pub fn prepare_index(index: &mut BTreeMap<String, Column>, n_records: u64) -> Result<()> {
+pub fn prepare_index(
+    index: &mut BTreeMap<String, Column>,
+    n_records: u64,
+    rounding: Rounding,
+) -> Result<()> {
     for (name, col) in index.iter_mut() {
         let at = format!("index.{name}");
         if RESERVED_INDEX_COLUMNS.contains(&name.as_str()) {
@@ -531,7 +569,7 @@ pub fn prepare_index(index: &mut BTreeMap<String, Column>, n_records: u64) -> Re
                 col.rows()
             );
         }
-        prepare_column(col, name, n_records, None, &at)?;
+        prepare_column(col, name, n_records, None, rounding, &at)?;
     }
     Ok(())
 }
@@ -597,7 +635,8 @@ pub fn prepare_forcefield(ff: &mut ForceField) -> Result<()> {
                 );
             }
         }
-        prepare_block(table, &at)?;
+        // Tables declare no precision (refused above): nothing to round.
+        prepare_block(table, Rounding::Keep, &at)?;
     }
     Ok(())
 }
@@ -833,9 +872,15 @@ fn merge_column_decl(
     Ok(())
 }
 
-/// Checks a record against the collection declaration and prepares it for
-/// encoding. `schema` is the collection's (given, or derived over all records).
-pub fn prepare_record(record: &mut Record, schema: &SequenceSchema, at: &str) -> Result<()> {
+/// Checks a record against the collection declaration and (with
+/// [`Rounding::Apply`]) prepares it for encoding. `schema` is the
+/// collection's (given, or derived over all records).
+pub fn prepare_record(
+    record: &mut Record,
+    schema: &SequenceSchema,
+    rounding: Rounding,
+    at: &str,
+) -> Result<()> {
     if record.system.is_none() && record.trajectory.is_none() {
         refuse!(
             RecordNotEmpty,
@@ -844,7 +889,7 @@ pub fn prepare_record(record: &mut Record, schema: &SequenceSchema, at: &str) ->
         );
     }
     if let Some(system) = &mut record.system {
-        prepare_system(system, &format!("{at}.system"))?;
+        prepare_system(system, rounding, &format!("{at}.system"))?;
     }
     if let Some(traj) = &mut record.trajectory {
         let tat = format!("{at}.trajectory");
@@ -872,7 +917,7 @@ pub fn prepare_record(record: &mut Record, schema: &SequenceSchema, at: &str) ->
                 }
             }
         }
-        prepare_trajectory(traj, record.system.as_ref(), schema, &tat)?;
+        prepare_trajectory(traj, record.system.as_ref(), schema, rounding, &tat)?;
     }
     Ok(())
 }
@@ -896,6 +941,7 @@ fn prepare_trajectory(
     traj: &mut Trajectory,
     system: Option<&Frame>,
     schema: &SequenceSchema,
+    rounding: Rounding,
     at: &str,
 ) -> Result<()> {
     let no_blocks = BTreeMap::new();
@@ -905,10 +951,12 @@ fn prepare_trajectory(
     // record they hand back, so the loop must not allocate per frame.
     let facts = TrajectoryFacts {
         has_time: traj.frames.first().is_some_and(|f| f.time.is_some()),
-        rounds: schema
-            .blocks
-            .values()
-            .any(|d| d.columns.values().any(|c| c.precision.is_some())),
+        cell_defined: traj.frames.iter().find_map(|f| f.cell.map(|c| c.defined)),
+        rounds: rounding == Rounding::Apply
+            && schema
+                .blocks
+                .values()
+                .any(|d| d.columns.values().any(|c| c.precision.is_some())),
     };
     let mut previous_step: Option<i64> = None;
     let mut column_sets: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -977,7 +1025,10 @@ pub fn check_aligned_names(
 struct TrajectoryFacts {
     /// The first frame has a time, so every frame must.
     has_time: bool,
-    /// Some declared column has a precision, so updates are rounded.
+    /// `cell_defined` of the first cell: the trajectory's one flag, which
+    /// every update with a cell must agree with.
+    cell_defined: Option<bool>,
+    /// Some declared column has a precision and the values are rounded.
     rounds: bool,
 }
 
@@ -1029,6 +1080,7 @@ fn prepare_step(
     }
     prepare_step_meta(&mut step.meta, schema)?;
     check_cell(step.cell.as_mut(), "box")?;
+    check_cell_defined(step.cell.as_ref(), facts.cell_defined)?;
     for (name, block) in &mut step.blocks {
         let repeated = previous
             .and_then(|p| p.blocks.get(name))
@@ -1039,8 +1091,15 @@ fn prepare_step(
             }
             continue;
         }
-        prepare_update(name, block, column_sets, system_blocks, schema)
-            .map_err(|e| e.within(&format!("blocks.{name}")))?;
+        prepare_update(
+            name,
+            block,
+            column_sets,
+            system_blocks,
+            schema,
+            facts.rounds,
+        )
+        .map_err(|e| e.within(&format!("blocks.{name}")))?;
     }
     Ok(())
 }
@@ -1081,6 +1140,7 @@ fn prepare_update(
     column_sets: &mut BTreeMap<String, Vec<String>>,
     system_blocks: &BTreeMap<String, Block>,
     schema: &SequenceSchema,
+    rounds: bool,
 ) -> Result<()> {
     let decl = trajectory_block_decl(schema, name, block.count)?;
     if name == "box" {
@@ -1110,7 +1170,7 @@ fn prepare_update(
     }
     let count = block.count;
     for (col, column) in &mut block.columns {
-        prepare_trajectory_column(name, col, column, count, decl)
+        prepare_trajectory_column(name, col, column, count, decl, rounds)
             .map_err(|e| e.within(&format!("columns.{col}")))?;
     }
     check_against_system_block(
@@ -1127,6 +1187,7 @@ fn prepare_trajectory_column(
     column: &mut Column,
     count: u64,
     decl: &BlockDecl,
+    rounds: bool,
 ) -> Result<()> {
     let Some(cd) = decl.columns.get(col) else {
         refuse!(
@@ -1155,7 +1216,12 @@ fn prepare_trajectory_column(
             cd.trailing
         );
     }
-    prepare_column(column, col, count, cd.precision, "")?;
+    let rounding = if rounds {
+        Rounding::Apply
+    } else {
+        Rounding::Keep
+    };
+    prepare_column(column, col, count, cd.precision, rounding, "")?;
     column.precision = None;
     if column.validity.is_some() && !cd.nullable {
         refuse!(
@@ -1232,9 +1298,9 @@ pub fn prepare_collection(c: &mut Collection) -> Result<SequenceSchema> {
     }
     let schema = effective_schema(&c.header, &c.records)?;
     for (r, record) in c.records.iter_mut().enumerate() {
-        prepare_record(record, &schema, &format!("records[{r}]"))?;
+        prepare_record(record, &schema, Rounding::Apply, &format!("records[{r}]"))?;
     }
-    prepare_index(&mut c.index, c.records.len() as u64)?;
+    prepare_index(&mut c.index, c.records.len() as u64, Rounding::Apply)?;
     Ok(schema)
 }
 

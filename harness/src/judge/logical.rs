@@ -37,7 +37,14 @@ use super::{fail, idx, key, JudgeError};
 /// Which input is being read: the fixture (presentation) or a read-back (resolved).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Side {
+    /// A fixture handed to a writer: resolved, and rounded to its declared
+    /// precisions as a writer must store it.
     Expected,
+    /// A fixture that states what a file holds, values as stored (a
+    /// read-accept case's expectation): resolved like `Expected`, never
+    /// rounded, since a reader hands back the stored bits.
+    Stored,
+    /// What an implementation read back: only normalized.
     Actual,
 }
 
@@ -147,13 +154,13 @@ pub(super) fn collection(v: &Value, side: Side) -> Result<Logical, JudgeError> {
         &["meta", "sequence_schema", "index", "forcefield", "records"],
     )?;
     let mut meta = plain_object(required(m, "", "meta")?, "meta", "the collection document")?;
-    if side == Side::Expected && !meta.contains_key("molrec_version") {
+    if side != Side::Actual && !meta.contains_key("molrec_version") {
         meta.insert("molrec_version".into(), Value::from(1u64)); // the writer stamps it (§2)
     }
     let records = arr(required(m, "", "records")?, "records", "records")?;
     let (schema, schema_derived) = match opt(m, "sequence_schema") {
         Some(s) => (Some(read_schema(s, "sequence_schema")?), false),
-        None if side == Side::Expected => (Some(derive_schema(records)?), true),
+        None if side != Side::Actual => (Some(derive_schema(records)?), true),
         None => (None, false),
     };
     let mut out = Map::new();
@@ -845,7 +852,7 @@ fn trajectory(
     }
     let fpath = key(path, "frames");
     let frames = arr(required(m, path, "frames")?, &fpath, "frames")?;
-    let resolve = side == Side::Expected;
+    let resolve = side != Side::Actual;
     let has_time = frames
         .first()
         .and_then(Value::as_object)

@@ -120,6 +120,12 @@ pub fn expected_logical(fixture: &Value) -> Result<Value, JudgeError> {
     collection(fixture, Side::Expected).map(|l| l.value)
 }
 
+/// The logical content a fixture states as stored: resolved and normalized
+/// like [`expected_logical`], its values not rounded (see [`compare_stored`]).
+pub fn stored_logical(fixture: &Value) -> Result<Value, JudgeError> {
+    collection(fixture, Side::Stored).map(|l| l.value)
+}
+
 /// Normalizes what an implementation returned (masks, undefined cells, typed
 /// values, defaults) into the same logical form, without resolving it.
 pub fn actual_logical(read_back: &Value) -> Result<Value, JudgeError> {
@@ -130,13 +136,33 @@ pub fn actual_logical(read_back: &Value) -> Result<Value, JudgeError> {
 /// `JudgeError` says which input could not be read (message prefixed
 /// `expected:` or `actual:`).
 pub fn compare(expected_fixture: &Value, actual: &Value) -> Result<Vec<Difference>, JudgeError> {
+    compare_sides(expected_fixture, Side::Expected, actual)
+}
+
+/// [`compare`] for a fixture that states what a file holds, values as
+/// stored: nothing is rounded to its declared precision on the expected
+/// side either (a reader hands back the stored bits, off the grid or not;
+/// frame.md, "Declared precision"). For read-accept cases, whose file a
+/// recipe built rather than a writer.
+pub fn compare_stored(
+    stored_fixture: &Value,
+    actual: &Value,
+) -> Result<Vec<Difference>, JudgeError> {
+    compare_sides(stored_fixture, Side::Stored, actual)
+}
+
+fn compare_sides(
+    expected_fixture: &Value,
+    side: Side,
+    actual: &Value,
+) -> Result<Vec<Difference>, JudgeError> {
     fn tag(who: &'static str) -> impl Fn(JudgeError) -> JudgeError {
         move |e| JudgeError {
             message: format!("{who}: {}", e.message),
             ..e
         }
     }
-    let expected = collection(expected_fixture, Side::Expected).map_err(tag("expected"))?;
+    let expected = collection(expected_fixture, side).map_err(tag("expected"))?;
     let mut e = expected.value;
     let mut a = actual_logical(actual).map_err(tag("actual"))?;
     if expected.schema_derived {

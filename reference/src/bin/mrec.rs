@@ -61,6 +61,13 @@ enum Command {
         file: PathBuf,
     },
     /// Check a file against the spec; list every violation found.
+    ///
+    /// Violations (a `must` broken; readers refuse the file) are printed on
+    /// stderr as `[clause-id] where: what` and set the exit status to 1.
+    /// Findings (a `should` broken that readers accept, e.g. a value off
+    /// the grid of its declared precision: the writer's defect) follow
+    /// them as `[clause-id] (should) where: what` and leave the exit
+    /// status alone.
     Validate {
         /// A `.mrec.lmdb` file.
         file: PathBuf,
@@ -281,8 +288,9 @@ fn info(file: &Path) -> Result<(), Error> {
     Ok(())
 }
 
-/// Opens the file, then reports `Reader::violations`: every failing part,
-/// not only the first.
+/// Opens the file, then reports `Reader::violations` (every failing part,
+/// not only the first: the exit status) and then `Reader::findings` (the
+/// `should`s broken, which readers accept: printed, never an exit status).
 fn validate(file: &Path) -> ExitCode {
     let reader = match Reader::open(file) {
         Ok(r) => r,
@@ -292,19 +300,31 @@ fn validate(file: &Path) -> ExitCode {
         }
     };
     let violations = reader.violations();
+    let findings = reader.findings();
+    for v in &violations {
+        eprintln!("{v}");
+    }
+    for f in &findings {
+        eprintln!("{f}");
+    }
+    let should = match findings.len() {
+        0 => String::new(),
+        n => format!("; {n} finding(s) of level should (readers accept these)"),
+    };
     if violations.is_empty() {
         println!(
-            "{}: conforms ({} records, {} frames)",
+            "{}: conforms ({} records, {} frames){should}",
             file.display(),
             reader.n_records(),
             reader.n_frames()
         );
         return ExitCode::SUCCESS;
     }
-    for v in &violations {
-        eprintln!("{v}");
-    }
-    eprintln!("{}: {} violation(s)", file.display(), violations.len());
+    eprintln!(
+        "{}: {} violation(s){should}",
+        file.display(),
+        violations.len()
+    );
     violations
         .iter()
         .map(exit_code)

@@ -9,15 +9,16 @@ use super::{
 };
 use crate::arrays::RecordArrays;
 use crate::clause::Clause;
-use crate::error::{refuse, Error, Result};
+use crate::error::{refuse, Error, Finding, Result};
 use crate::frame_bytes::{
     self, decode, decode_update, decode_update_known, plain_document, BlockRef, BlocksMemo,
     FrameInfo, FrameRef, Known, Update,
 };
 use crate::model::*;
 use crate::model_json;
+use crate::precision;
 use crate::typed_json;
-use crate::validate;
+use crate::validate::{self, Rounding};
 use heed::{Env, RoTxn, WithoutTls};
 use serde_json::Value;
 use std::cell::RefCell;
@@ -158,7 +159,121 @@ impl Reader {
         found.extend(txn.index_columns().err());
         found.extend(txn.forcefield().err());
         for r in 0..self.n_records() {
-            found.extend(txn.record(r).err());
+            match txn.record_arrays(r) {
+                Ok(record) => found.extend(self.check_atom_count(r, &record).err()),
+                Err(e) => found.push(e),
+            }
+        }
+        found
+    }
+
+    /// The binding's `n_atoms` of record r against what the record holds
+    /// (DIGEST §3): the rows of the system's `atoms`, else of `atoms` at
+    /// the first frame that has it, else 0. Readers hand the index back as
+    /// written; only the validator recomputes it. (`has_trajectory` cannot
+    /// be checked against the record: the flag is what says whether a
+    /// record without frames has a trajectory, and one with frames but
+    /// without the flag is refused when it is read.)
+    fn check_atom_count(&self, r: u64, record: &RecordArrays) -> Result<()> {
+        let from_system = record
+            .system
+            .as_ref()
+            .and_then(|s| s.blocks.get("atoms"))
+            .map(|b| b.count);
+        let from_trajectory = || {
+            let atoms = record.trajectory.as_ref()?.blocks.get("atoms")?;
+            let first = atoms.updates.first()?;
+            Some(first.count)
+        };
+        let holds = from_system.or_else(from_trajectory).unwrap_or(0);
+        let written = self.atom_counts.get(r as usize).copied().unwrap_or(0);
+        if written != holds {
+            refuse!(
+                IndexAtomCount,
+                format!("index.records.columns.n_atoms[{r}]"),
+                "is {written}; record {r} has {holds} atoms"
+            );
+        }
+        Ok(())
+    }
+
+    /// What a validator reports beside [`Reader::violations`]: the
+    /// `should`s a file breaks that every reader accepts. Today one kind: f64
+    /// values off the grid of their column's declared precision (the
+    /// writer's defect; frame.md, "Declared precision"), one finding per
+    /// column of the index, of a system and of a trajectory block, with how
+    /// many values and the first. Parts that fail to read are left to
+    /// `violations`. What `mrec validate` prints after the violations.
+    pub fn findings(&self) -> Vec<Finding> {
+        let mut found = Vec::new();
+        let Ok(txn) = self.txn() else {
+            return found;
+        };
+        if let Ok(index) = txn.index_columns() {
+            for (name, col) in &index {
+                off_grid_column(col, &format!("index.{name}"), &mut found);
+            }
+        }
+        for r in 0..self.n_records() {
+            let Ok(record) = txn.record_arrays(r) else {
+                continue;
+            };
+            if let Some(system) = &record.system {
+                for (block, b) in &system.blocks {
+                    for (name, col) in &b.columns {
+                        let at = || format!("records[{r}].system.blocks.{block}.columns.{name}");
+                        if col.precision.is_some() {
+                            off_grid_column(col, &at(), &mut found);
+                        }
+                    }
+                }
+            }
+            let Some(traj) = &record.trajectory else {
+                continue;
+            };
+            for (block, series) in &traj.blocks {
+                let Some(decl) = self.schema.blocks.get(block) else {
+                    continue;
+                };
+                for (name, column) in &series.columns {
+                    let (Some(p), ColumnData::F64(values)) = (
+                        decl.columns.get(name).and_then(|c| c.precision),
+                        &column.data,
+                    ) else {
+                        continue;
+                    };
+                    let width = column.row_width();
+                    let mut off = 0usize;
+                    let mut first = None;
+                    for (u, update) in series.updates.iter().enumerate() {
+                        let range = column.elements(update);
+                        let Some(part) = values.get(range) else {
+                            continue;
+                        };
+                        if let Some((n, i)) =
+                            precision::off_grid(part, width, column.mask(u as u32), p)
+                        {
+                            off += n;
+                            first.get_or_insert((u, part[i]));
+                        }
+                    }
+                    if let Some((u, value)) = first {
+                        let frame = series
+                            .frame_updates
+                            .iter()
+                            .position(|f| *f == Some(u as u32))
+                            .unwrap_or(0);
+                        found.push(Finding {
+                            clause: Clause::PrecisionOffGrid,
+                            at: format!("records[{r}].trajectory.blocks.{block}.columns.{name}"),
+                            detail: format!(
+                                "{off} value(s) off the grid of precision {p} (quantum {}); the first in the update of frame {frame}: {value:?}",
+                                precision::quantum(p)
+                            ),
+                        });
+                    }
+                }
+            }
         }
         found
     }
@@ -307,8 +422,9 @@ impl<'r> RecordTxn<'r> {
             }
         }
         // Own columns obey the column rules (canonical dtypes, reserved
-        // names, precision) like any other; rounding again changes nothing.
-        validate::prepare_index(&mut out, self.reader.n_records())?;
+        // names, precision) like any other; their values are handed back
+        // as stored, never rounded again (frame.md, "Declared precision").
+        validate::prepare_index(&mut out, self.reader.n_records(), Rounding::Keep)?;
         Ok(out)
     }
 
@@ -693,7 +809,7 @@ impl<'r> RecordTxn<'r> {
             system,
             trajectory,
         };
-        validate::prepare_record(&mut record, &self.reader.schema, &at)?;
+        validate::prepare_record(&mut record, &self.reader.schema, Rounding::Keep, &at)?;
         Ok(record)
     }
 }
@@ -762,10 +878,37 @@ impl Walked<'_> {
     }
 }
 
-/// `validate::prepare_system` on record r's system, its path formatted
-/// only on the error path (readers check every record they read whole).
+/// Reports a system or index column whose values are off the grid of its
+/// own declared precision.
+fn off_grid_column(col: &Column, at: &str, found: &mut Vec<Finding>) {
+    let (Some(p), ColumnData::F64(values)) = (col.precision, &col.data) else {
+        return;
+    };
+    let width = col
+        .shape
+        .get(1..)
+        .unwrap_or_default()
+        .iter()
+        .product::<u64>() as usize;
+    if let Some((n, i)) = precision::off_grid(values, width, col.validity.as_deref(), p) {
+        found.push(Finding {
+            clause: Clause::PrecisionOffGrid,
+            at: at.to_string(),
+            detail: format!(
+                "{n} value(s) off the grid of precision {p} (quantum {}); the first, values[{i}]: {:?}",
+                precision::quantum(p),
+                values[i]
+            ),
+        });
+    }
+}
+
+/// `validate::prepare_system` on record r's system, values kept as
+/// stored, its path formatted only on the error path (readers check every
+/// record they read whole).
 fn prepare_system(r: u64, frame: &mut Frame) -> Result<()> {
-    validate::prepare_system(frame, "system").map_err(|e| e.within(&format!("records[{r}]")))
+    validate::prepare_system(frame, Rounding::Keep, "system")
+        .map_err(|e| e.within(&format!("records[{r}]")))
 }
 
 /// Checks an update's per-step meta against the declaration and returns

@@ -32,7 +32,6 @@ use crate::dtype::DType;
 use crate::error::{refuse, Error, Result};
 use crate::frame_bytes::{decode, extend_buffer, BlockRef, ColumnBytes};
 use crate::model::*;
-use crate::precision::round_column;
 use crate::typed_json::MetaTag;
 use crate::validate::{self, is_endpoint};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -60,6 +59,8 @@ pub(super) struct Resolver<'s> {
     cells: Vec<Cell>,
     frame_cells: Vec<Option<u32>>,
     cell_now: Option<u32>,
+    /// `cell_defined` of the record's first cell, the trajectory's one flag.
+    cell_defined: Option<bool>,
     previous_step: Option<i64>,
     has_time: Option<bool>,
     /// The layout of the last full update: an update with the same
@@ -88,8 +89,6 @@ struct BlockState {
     column_set: Vec<String>,
     /// The update in effect.
     current: Option<u32>,
-    /// Declared precision of each column, in `columns` order.
-    precisions: Vec<Option<f64>>,
     /// Row-reference columns of the update in effect: column index, target.
     references: Vec<(usize, String)>,
 }
@@ -276,6 +275,7 @@ impl<'s> Resolver<'s> {
             cells: Vec::new(),
             frame_cells: Vec::with_capacity(reserve),
             cell_now: None,
+            cell_defined: None,
             previous_step: None,
             has_time: None,
             plan: None,
@@ -414,6 +414,10 @@ impl<'s> Resolver<'s> {
                 "time must be on every frame or on none",
             )));
         }
+        if let Some(cell) = &u.info.cell {
+            let first = *self.cell_defined.get_or_insert(cell.defined);
+            validate::check_cell_defined(Some(cell), Some(first)).map_err(located)?;
+        }
         // Per-step meta and the cell were checked by the walk (a reader's
         // file must carry every key; the decoder normalizes the cell).
         // An update with the same blocks text as the last full one has the
@@ -490,7 +494,6 @@ impl<'s> Resolver<'s> {
     /// makes it the plan for updates that repeat its text. Returns whether
     /// it updated any block.
     fn append(&mut self, layout: &Layout, payload: &[u8]) -> Result<bool> {
-        let schema = self.schema;
         let frames_claimed = self.frames_claimed as u64;
         self.plan_states.clear();
         for block in &layout.blocks {
@@ -506,7 +509,6 @@ impl<'s> Resolver<'s> {
             self.plan_states.push(b);
             let state = &mut self.blocks[b];
             if state.columns.is_empty() && state.updates.is_empty() {
-                let decl = schema.blocks.get(name);
                 for column in &block.columns {
                     let mut series = ColumnSeries::new(column.dtype, column.trailing.clone());
                     let elements = block
@@ -518,10 +520,6 @@ impl<'s> Resolver<'s> {
                         elements.min(RESERVE_ELEMENTS as u64) as usize,
                     );
                     state.columns.push((column.name.clone(), series));
-                    state.precisions.push(
-                        decl.and_then(|d| d.columns.get(column.name.as_str()))
-                            .and_then(|cd| cd.precision),
-                    );
                 }
             }
             if state.columns.len() != block.columns.len() {
@@ -716,7 +714,6 @@ impl BlockState {
             columns: Vec::new(),
             column_set: Vec::new(),
             current: None,
-            precisions: Vec::new(),
             references: Vec::new(),
         }
     }
@@ -734,16 +731,9 @@ impl BlockState {
     fn append_update(&mut self, block: &LayoutBlock, payload: &[u8]) -> Result<u32> {
         let u = self.updates.len() as u32;
         let first_row = self.rows();
-        for (i, (column, (_, series))) in block
-            .columns
-            .iter()
-            .zip(self.columns.iter_mut())
-            .enumerate()
-        {
-            let from = series.data.len();
+        for (column, (_, series)) in block.columns.iter().zip(self.columns.iter_mut()) {
             append_values(column, block.count, payload, series, u)
                 .map_err(|e| e.within(&format!("blocks.{}.columns.{}", block.name, column.name)))?;
-            round_appended(series, from, self.precisions[i]);
         }
         self.updates.push(BlockUpdate {
             count: block.count,
@@ -839,14 +829,6 @@ fn append_values(
         }
     }
     Ok(())
-}
-
-/// Rounds the values appended since `from` to a declared precision (what
-/// `prepare_record` does to what it reads; a no-op on a conforming file).
-fn round_appended(series: &mut ColumnSeries, from: usize, precision: Option<f64>) {
-    if let (Some(p), ColumnData::F64(v)) = (precision, &mut series.data) {
-        round_column(&mut v[from..], p);
-    }
 }
 
 fn reserve_data(data: &mut ColumnData, n: usize) {

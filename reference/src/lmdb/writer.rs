@@ -47,7 +47,7 @@ use crate::frame_bytes::{
     check_written_header, encode, encode_append, encode_update, BlocksText, FrameInfo,
 };
 use crate::model::*;
-use crate::validate;
+use crate::validate::{self, Rounding};
 use heed::{Env, EnvFlags, EnvOpenOptions, MdbError, PutFlags, WithoutTls};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -722,7 +722,7 @@ impl Writer {
             (None, Some(merged)) => merged.schema(),
             (None, None) => self.derived_schema.schema(),
         };
-        validate::prepare_record(&mut record, schema, &at)?;
+        validate::prepare_record(&mut record, schema, Rounding::Apply, &at)?;
         self.encode_record(r, record).map_err(|e| e.within(&at))?;
         if let Some(merged) = merged {
             self.derived_schema = merged;
@@ -893,7 +893,7 @@ impl Writer {
     fn finish_file(&mut self, mut index: BTreeMap<String, Column>) -> Result<()> {
         self.check_running()?;
         let n = self.records();
-        validate::prepare_index(&mut index, n)?;
+        validate::prepare_index(&mut index, n, Rounding::Apply)?;
         let mut first = Vec::with_capacity(self.n_frames.len());
         let mut sum = 0u64;
         for &f in &self.n_frames {
