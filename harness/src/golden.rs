@@ -21,13 +21,17 @@ pub const GOLDEN_CASES: &[&str] = &[
     "binding-file-shape",
 ];
 
+/// LMDB's page size in golden files: 4 KiB, LMDB's smallest, where the
+/// writer's default is 32 KiB.
+pub const GOLDEN_PAGE_SIZE: u32 = 4096;
+
 /// Writes `fixtures/golden/<case>.mrec.lmdb` and the canonical JSON it reads
 /// back as (`<case>.dump.json`) for every round-trip case listed in
 /// [`GOLDEN_CASES`].
 pub fn regenerate(layout: &Layout) -> Result<Vec<PathBuf>, String> {
     let dir = layout.fixtures.join("golden");
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let mut reference = Reference::new();
+    let mut reference = Reference::with_page_size(GOLDEN_PAGE_SIZE);
     let mut written = Vec::new();
     for suite in layout.suites()? {
         for case in suite.cases.iter().filter(|c| c.kind == Kind::RoundTrip) {

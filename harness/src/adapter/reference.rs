@@ -10,6 +10,7 @@ use std::path::Path;
 /// The bundled reference implementation, called directly.
 pub struct Reference {
     description: Description,
+    page_size: u32,
 }
 
 impl Reference {
@@ -24,6 +25,17 @@ impl Reference {
                     read: true,
                 },
             },
+            page_size: molrec::lmdb::DEFAULT_PAGE_SIZE,
+        }
+    }
+
+    /// The reference writing files with LMDB pages of `page_size` bytes
+    /// (golden files use 4 KiB: small committed files, and every reader
+    /// meets a page size other than the writer's default).
+    pub fn with_page_size(page_size: u32) -> Reference {
+        Reference {
+            page_size,
+            ..Reference::new()
         }
     }
 }
@@ -49,6 +61,7 @@ impl Implementation for Reference {
     fn write(&mut self, collection: &Value, path: &Path) -> Outcome<()> {
         let options = WriterOptions {
             overwrite: true,
+            page_size: self.page_size,
             ..WriterOptions::default()
         };
         match collection_from_json(collection).and_then(|c| write_collection(path, c, options)) {
