@@ -56,6 +56,8 @@ clauses! {
     ReservedColumnName => "trajectory.schema.reserved-column-names",
     BlockColumnSetStable => "trajectory.block.column-set-stable",
     StructuralShapeFixed => "trajectory.block.structural-shape-fixed",
+    TrajectoryStructuralShapeDeclared => "trajectory.block.structural-shape-declared",
+    TrajectoryTargetsDeclared => "trajectory.block.targets-declared",
     AlignedTarget => "trajectory.aligned.target",
     AlignedNoStructuralShape => "trajectory.aligned.no-structural-shape",
     AlignedNoSharedColumn => "trajectory.aligned.no-shared-column",
@@ -64,6 +66,7 @@ clauses! {
     // Columns, blocks, frames (DIGEST §§5-6).
     DtypeClosedSet => "column.dtype.closed-set",
     DtypeCanonical => "column.dtype.canonical",
+    CanonicalShape => "column.canonical-shape",
     ColumnShape => "column.shape",
     ColumnValues => "column.values",
     StructuralShapeProduct => "block.structural-shape.product",

@@ -123,7 +123,7 @@ pub fn check_schema(schema: &SequenceSchema, at: &str) -> Result<()> {
                 refuse!(ReservedColumnName, cat(), "column name `{col}` is reserved");
             }
             // Both refuse at exactly the path they are given: "" made whole.
-            check_canonical_dtype(col, cd.dtype, "").map_err(|e| e.within(&cat()))?;
+            check_canonical(col, cd.dtype, &cd.trailing, "").map_err(|e| e.within(&cat()))?;
             check_precision(cd.precision, cd.dtype, "").map_err(|e| e.within(&cat()))?;
         }
         if let Some(target) = &decl.aligned_with {
@@ -207,12 +207,21 @@ pub fn check_schema(schema: &SequenceSchema, at: &str) -> Result<()> {
     Ok(())
 }
 
-fn check_canonical_dtype(col: &str, dtype: DType, at: &str) -> Result<()> {
+/// A canonical key has one dtype and one value per row (conventions.md,
+/// "Canonical dtypes"): `trailing` is the column's shape after its rows.
+fn check_canonical(col: &str, dtype: DType, trailing: &[u64], at: &str) -> Result<()> {
     match DType::canonical_for(col) {
         Some(want) if want != dtype => Err(Error::refused(
             Clause::DtypeCanonical,
             at,
             format!("canonical column `{col}` must be {want}, not {dtype}"),
+        )),
+        Some(_) if !trailing.is_empty() => Err(Error::refused(
+            Clause::CanonicalShape,
+            at,
+            format!(
+                "canonical column `{col}` is one value per row, not rows of shape {trailing:?}"
+            ),
         )),
         _ => Ok(()),
     }
@@ -255,7 +264,7 @@ pub fn prepare_column(
             "column name `_validity` is reserved"
         );
     }
-    check_canonical_dtype(name, col.dtype(), at)?;
+    check_canonical(name, col.dtype(), col.shape.get(1..).unwrap_or_default(), at)?;
     if col.shape.first() != Some(&count) {
         refuse!(
             ColumnShape,
@@ -357,6 +366,52 @@ pub(crate) fn trajectory_block_decl<'s>(
         }
     }
     Ok(decl)
+}
+
+/// An update's `targets` and `structural_shape` belong to its block's
+/// declaration (ragged.md, "Row references"): one the update restates must
+/// be the declared one (paths relative to the block). Shared with the
+/// reader's resolver, which checks a header's the same way.
+pub(crate) fn check_declared_head(
+    targets: &BTreeMap<String, String>,
+    structural_shape: Option<&[u64]>,
+    decl: &BlockDecl,
+) -> Result<()> {
+    if !targets.is_empty() && *targets != decl.targets {
+        refuse!(
+            TrajectoryTargetsDeclared,
+            "targets",
+            "targets {targets:?} differ from the declared {:?}",
+            decl.targets
+        );
+    }
+    if let Some(shape) = structural_shape {
+        if Some(shape) != decl.structural_shape.as_deref() {
+            refuse!(
+                TrajectoryStructuralShapeDeclared,
+                "structural_shape",
+                "structural_shape {shape:?} differs from the declared {:?}",
+                decl.structural_shape
+            );
+        }
+    }
+    Ok(())
+}
+
+/// [`check_declared_head`], then gives the update its declaration's
+/// targets, and its structural shape unless the update empties the block
+/// (a shape's product is never 0): what the writer stores in the update's
+/// header and what a reader hands back on every update.
+fn take_declared_head(block: &mut Block, decl: &BlockDecl) -> Result<()> {
+    check_declared_head(&block.targets, block.structural_shape.as_deref(), decl)?;
+    if block.targets != decl.targets {
+        block.targets = decl.targets.clone();
+    }
+    let shape = decl.structural_shape.as_ref().filter(|_| block.count > 0);
+    if block.structural_shape.as_ref() != shape {
+        block.structural_shape = shape.cloned();
+    }
+    Ok(())
 }
 
 /// A trajectory block of `count` rows with these columns, against the
@@ -698,14 +753,18 @@ pub fn record_declaration(traj: &Trajectory, at: &str) -> Result<RecordDeclarati
     for (i, step) in traj.frames.iter().enumerate() {
         for (name, block) in &step.blocks {
             if !decl.blocks.contains_key(name) {
-                let first = BlockDecl {
-                    structural_shape: block.structural_shape.clone(),
-                    targets: block.targets.clone(),
-                    ..BlockDecl::default()
-                };
-                decl.blocks.insert(name.clone(), first);
+                decl.blocks.insert(name.clone(), BlockDecl::default());
             }
             let entry = decl.blocks.get_mut(name).expect("inserted above");
+            // An update that states no targets or shape says nothing; the
+            // first that states them declares them (one that states others
+            // is refused against the declaration).
+            if entry.targets.is_empty() && !block.targets.is_empty() {
+                entry.targets = block.targets.clone();
+            }
+            if entry.structural_shape.is_none() && block.count > 0 {
+                entry.structural_shape = block.structural_shape.clone();
+            }
             for (col, column) in &block.columns {
                 merge_column_decl(
                     entry,
@@ -1143,6 +1202,7 @@ fn prepare_update(
     rounds: bool,
 ) -> Result<()> {
     let decl = trajectory_block_decl(schema, name, block.count)?;
+    take_declared_head(block, decl)?;
     if name == "box" {
         refuse!(
             FrameReservedBlockName,

@@ -437,7 +437,13 @@ impl<'s> Resolver<'s> {
     fn block_rules(&mut self, block: &LayoutBlock, payload: &[u8]) -> Result<()> {
         let name = block.name.as_str();
         let decl = validate::trajectory_block_decl(self.schema, name, block.count)?;
-        validate::check_shape_product(block.head.structural_shape.as_deref(), block.count, "")?;
+        // A header restating the declaration's shape or targets states the
+        // declared ones; the declared shape's product is the count (above).
+        validate::check_declared_head(
+            &block.head.targets,
+            block.head.structural_shape.as_deref(),
+            decl,
+        )?;
         let names = || block.columns.iter().map(|c| c.name.as_str());
         match self.blocks.iter().find(|b| b.name == name) {
             Some(state) if !names().eq(state.column_names()) => {
@@ -495,6 +501,7 @@ impl<'s> Resolver<'s> {
     /// it updated any block.
     fn append(&mut self, layout: &Layout, payload: &[u8]) -> Result<bool> {
         let frames_claimed = self.frames_claimed as u64;
+        let schema = self.schema;
         self.plan_states.clear();
         for block in &layout.blocks {
             let name = block.name.as_str();
@@ -531,22 +538,35 @@ impl<'s> Resolver<'s> {
                 );
             }
             let u = state.append_update(block, payload)?;
+            // Targets and shape are the declaration's (`block_rules` refused
+            // a header that states others), whatever the header restates.
+            let declared = schema.blocks.get(name);
+            let targets = declared.map(|d| &d.targets).filter(|t| !t.is_empty());
+            let shape = declared
+                .and_then(|d| d.structural_shape.as_ref())
+                .filter(|_| block.count > 0);
             state.references = block
                 .columns
                 .iter()
                 .enumerate()
-                .filter_map(|(i, column)| match block.head.targets.get(&column.name) {
+                .filter_map(|(i, column)| match targets.and_then(|t| t.get(&column.name)) {
                     Some(t) => Some((i, t.clone())),
                     None if is_endpoint(&column.name) => Some((i, "atoms".to_string())),
                     None => None,
                 })
                 .collect();
-            if state
-                .heads
-                .last()
-                .is_none_or(|(_, last)| *last != block.head)
-            {
-                state.heads.push((u, block.head.clone()));
+            let unchanged = state.heads.last().is_some_and(|(_, last)| {
+                last.structural_shape.as_ref() == shape
+                    && targets.map_or(last.targets.is_empty(), |t| *t == last.targets)
+                    && last.attributes == block.head.attributes
+            });
+            if !unchanged {
+                let head = BlockHead {
+                    structural_shape: shape.cloned(),
+                    targets: targets.cloned().unwrap_or_default(),
+                    attributes: block.head.attributes.clone(),
+                };
+                state.heads.push((u, head));
             }
         }
         Ok(!layout.blocks.is_empty())
