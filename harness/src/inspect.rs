@@ -9,7 +9,7 @@ pub mod frame_bytes;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use heed::types::Bytes;
@@ -78,6 +78,9 @@ pub mod clause {
     /// A writer stores an undefined cell with identity vectors and an
     /// explicit all-false boundary.
     pub const BOX_UNDEFINED_CELL: &str = "box.undefined-cell";
+    /// A trajectory update's header states its block's declared
+    /// `structural_shape` (our reading, spec-map's decision).
+    pub const STRUCTURAL_SHAPE_DECLARED: &str = "trajectory.block.structural-shape-declared";
 }
 
 /// What the harness knows a written file must hold, from the fixture.
@@ -327,6 +330,8 @@ pub fn key_label(key: &[u8]) -> String {
 struct MetaCounts {
     n_records: Option<u64>,
     n_frames: Option<u64>,
+    /// `sequence_schema` blocks that declare a `structural_shape`, with it.
+    declared_shapes: BTreeMap<String, Value>,
 }
 
 fn inspect_db(
@@ -386,7 +391,7 @@ fn inspect_db(
         };
         match k {
             Key::Meta => {}
-            Key::Index | Key::ForceField => check_frame_value(&label, value, false, out),
+            Key::Index | Key::ForceField => check_frame_value(&label, value, None, out),
             Key::Record(r) => {
                 check_record_number(&label, r, counts.n_records, out);
                 match serde_json::from_slice::<Value>(value) {
@@ -406,7 +411,7 @@ fn inspect_db(
             }
             Key::System(r) => {
                 check_record_number(&label, r, counts.n_records, out);
-                check_frame_value(&label, value, false, out);
+                check_frame_value(&label, value, None, out);
             }
             Key::Frame(j) => {
                 match counts.n_frames {
@@ -416,7 +421,7 @@ fn inspect_db(
                     ),
                     _ => frames.push(j),
                 }
-                check_frame_value(&label, value, true, out);
+                check_frame_value(&label, value, Some(&counts.declared_shapes), out);
             }
         }
     }
@@ -452,12 +457,37 @@ fn check_record_number(label: &str, r: u64, n_records: Option<u64>, out: &mut Fi
 
 /// Frame bytes, plus where `step` and `time` may be: on every trajectory
 /// update a `step`, and neither on a system, index or force-field frame.
-fn check_frame_value(label: &str, value: &[u8], trajectory: bool, out: &mut Findings) {
+/// `declared_shapes` is given for a trajectory update: a block the
+/// sequence_schema gives a shape carries that shape in its header whenever
+/// it has rows.
+fn check_frame_value(
+    label: &str,
+    value: &[u8],
+    declared_shapes: Option<&BTreeMap<String, Value>>,
+    out: &mut Findings,
+) {
+    let trajectory = declared_shapes.is_some();
     let (view, problems) = frame_bytes::check(value);
     for p in problems {
         out.push(p.clause, format!("{label}: {}", p.message));
     }
     let Some(view) = view else { return };
+    let blocks = view.header.get("blocks").and_then(Value::as_object);
+    for (name, declared) in declared_shapes.into_iter().flatten() {
+        let Some(block) = blocks.and_then(|b| b.get(name)) else {
+            continue;
+        };
+        let stated = block.get("structural_shape").unwrap_or(&Value::Null);
+        let has_rows = block.get("count").and_then(Value::as_u64) != Some(0);
+        if has_rows && stated != declared {
+            out.push(
+                clause::STRUCTURAL_SHAPE_DECLARED,
+                format!(
+                    "{label}: block `{name}` has structural_shape {stated}, not the declared {declared}"
+                ),
+            );
+        }
+    }
     if trajectory && !view.header.contains_key("step") {
         out.push(
             clause::FRAME_STEP,
@@ -626,6 +656,17 @@ fn check_meta(bytes: &[u8], out: &mut Findings) -> MetaCounts {
         None => out.push(clause::META_WELL_FORMED, "meta has no sequence_schema"),
     }
 
+    counts.declared_shapes = meta
+        .get("sequence_schema")
+        .and_then(|s| s.get("blocks"))
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter_map(|(name, b)| {
+            let shape = b.get("structural_shape").filter(|s| !s.is_null())?;
+            Some((name.clone(), shape.clone()))
+        })
+        .collect();
     counts.n_records = unsigned_count(&meta, "n_records", out);
     counts.n_frames = unsigned_count(&meta, "n_frames", out);
     counts

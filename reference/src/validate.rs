@@ -264,7 +264,12 @@ pub fn prepare_column(
             "column name `_validity` is reserved"
         );
     }
-    check_canonical(name, col.dtype(), col.shape.get(1..).unwrap_or_default(), at)?;
+    check_canonical(
+        name,
+        col.dtype(),
+        col.shape.get(1..).unwrap_or_default(),
+        at,
+    )?;
     if col.shape.first() != Some(&count) {
         refuse!(
             ColumnShape,
@@ -385,15 +390,18 @@ pub(crate) fn check_declared_head(
             decl.targets
         );
     }
-    if let Some(shape) = structural_shape {
-        if Some(shape) != decl.structural_shape.as_deref() {
-            refuse!(
-                TrajectoryStructuralShapeDeclared,
-                "structural_shape",
-                "structural_shape {shape:?} differs from the declared {:?}",
-                decl.structural_shape
-            );
-        }
+    match (structural_shape, decl.structural_shape.as_deref()) {
+        (Some(shape), Some(declared)) if shape != declared => refuse!(
+            TrajectoryStructuralShapeDeclared,
+            "structural_shape",
+            "structural_shape {shape:?} differs from the declared {declared:?}"
+        ),
+        (Some(shape), None) => refuse!(
+            TrajectoryStructuralShapeDeclared,
+            "structural_shape",
+            "structural_shape {shape:?}, but the block's declaration has none"
+        ),
+        _ => {}
     }
     Ok(())
 }

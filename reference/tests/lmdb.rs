@@ -1379,3 +1379,46 @@ fn a_record_refused_by_the_model_rules_adds_nothing_to_the_derived_declaration()
     let read = |p: &Path| collection_to_json(&Reader::open(p).unwrap().read_collection().unwrap());
     assert_eq!(read(&path), read(&expected_path));
 }
+
+/// docs/canonical-json.md, "Trajectory blocks": a reader hands back the
+/// declaration's `targets` and `structural_shape` on every resolved update
+/// of the block, whether or not the presented update stated them.
+#[test]
+fn every_resolved_update_carries_the_declared_targets_and_shape() {
+    let u64col = |v: &[u64]| json!({"dtype": "u64", "shape": [v.len()], "values": v});
+    let c = json!({
+        "meta": {"units": {"length": "angstrom"}},
+        "sequence_schema": {"meta": {}, "blocks": {
+            "atoms": {"columns": {"x": {"dtype": "f64"}}},
+            "beads": {"columns": {"ibead": {"dtype": "u64"}}, "targets": {"ibead": "atoms"}},
+            "grid": {"columns": {"v": {"dtype": "f64"}}, "structural_shape": [2, 1]}
+        }},
+        "records": [{"meta": {}, "trajectory": {"frames": [
+            {"step": 0, "blocks": {
+                "atoms": {"count": 2, "columns": {"x": f64col(&[0.0, 1.0])}},
+                "beads": {"count": 1, "columns": {"ibead": u64col(&[1])}},
+                "grid": {"count": 2, "columns": {"v": f64col(&[0.1, 0.2])}}}},
+            {"step": 1, "blocks": {
+                "atoms": {"count": 3, "columns": {"x": f64col(&[0.0, 1.0, 2.0])}},
+                "beads": {"count": 1, "targets": {"ibead": "atoms"}, "columns": {"ibead": u64col(&[2])}}}},
+            {"step": 2, "blocks": {
+                "grid": {"count": 2, "structural_shape": [2, 1], "columns": {"v": f64col(&[0.3, 0.4])}}}}
+        ]}}]
+    });
+    let path = scratch_file("lmdb-test", "declared-head");
+    write_json(&path, &c, WriterOptions::default()).unwrap();
+    let record = Reader::open(&path).unwrap().record(0).unwrap();
+    let frames = record.trajectory.unwrap().frames;
+    assert_eq!(frames.len(), 3);
+    let declared: std::collections::BTreeMap<String, String> =
+        [("ibead".to_string(), "atoms".to_string())].into();
+    for (j, frame) in frames.iter().enumerate() {
+        assert_eq!(frame.blocks["beads"].targets, declared, "frame {j}");
+        assert_eq!(
+            frame.blocks["grid"].structural_shape,
+            Some(vec![2, 1]),
+            "frame {j}"
+        );
+        assert!(frame.blocks["atoms"].targets.is_empty(), "frame {j}");
+    }
+}

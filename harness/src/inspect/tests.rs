@@ -581,6 +581,15 @@ fn each_broken_variant_names_its_clause() {
             )],
             clause::BOX_UNDEFINED_CELL,
         ),
+        (
+            "update-shape-null-under-a-declared-shape",
+            vec![set_json(
+                "meta",
+                "/sequence_schema/blocks/atoms/structural_shape",
+                json!([2]),
+            )],
+            clause::STRUCTURAL_SHAPE_DECLARED,
+        ),
     ];
 
     let mut failures = Vec::new();
@@ -601,6 +610,24 @@ fn an_undefined_cell_as_a_writer_stores_it_has_no_findings() {
     let (dir, path) = build(
         "undefined-cell-good",
         &good_recipe_with(vec![set_header("f:0", "/box", cell)]),
+    );
+    assert_eq!(inspect_file(&path, None), vec![]);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn updates_stating_the_declared_shape_have_no_findings() {
+    let (dir, path) = build(
+        "declared-shape-good",
+        &good_recipe_with(vec![
+            set_json(
+                "meta",
+                "/sequence_schema/blocks/atoms/structural_shape",
+                json!([2]),
+            ),
+            set_header("f:0", "/blocks/atoms/structural_shape", json!([2])),
+            set_header("f:2", "/blocks/atoms/structural_shape", json!([2])),
+        ]),
     );
     assert_eq!(inspect_file(&path, None), vec![]);
     let _ = std::fs::remove_dir_all(dir);

@@ -549,11 +549,13 @@ impl<'s> Resolver<'s> {
                 .columns
                 .iter()
                 .enumerate()
-                .filter_map(|(i, column)| match targets.and_then(|t| t.get(&column.name)) {
-                    Some(t) => Some((i, t.clone())),
-                    None if is_endpoint(&column.name) => Some((i, "atoms".to_string())),
-                    None => None,
-                })
+                .filter_map(
+                    |(i, column)| match targets.and_then(|t| t.get(&column.name)) {
+                        Some(t) => Some((i, t.clone())),
+                        None if is_endpoint(&column.name) => Some((i, "atoms".to_string())),
+                        None => None,
+                    },
+                )
                 .collect();
             let unchanged = state.heads.last().is_some_and(|(_, last)| {
                 last.structural_shape.as_ref() == shape
