@@ -176,8 +176,14 @@ fn run(
             version: s.version,
         })
         .collect();
-    let report = Report::new(description, suites, results, &expectations);
-    let spec = layout.spec_map().unwrap_or_default();
+    let spec = match layout.spec_map() {
+        Ok(spec) => spec,
+        Err(e) => {
+            eprintln!("harness: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let report = Report::new(description, suites, results, &expectations).with_spec(&spec);
     if let Some(dir) = report_dir {
         if let Err(e) = report.write_all(&dir, &spec) {
             eprintln!("harness: cannot write reports to {}: {e}", dir.display());

@@ -129,6 +129,34 @@ pub struct Clause {
     /// Why no case covers it, when none does.
     #[serde(default)]
     pub waiver: Option<String>,
+    /// What the rule rests on: the spec's text, or this project's reading
+    /// where the text is silent or ambiguous.
+    #[serde(default)]
+    pub basis: Basis,
+    /// Why the rule is a decision (required with `basis = "decision"`, and
+    /// only then).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// What a clause rests on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Basis {
+    /// The spec states the rule.
+    #[default]
+    Spec,
+    /// The spec is silent or ambiguous; the rule is this project's reading
+    /// (as WPT marks tentative tests). A failure here may be a defensible
+    /// reading of the spec rather than a defect.
+    Decision,
+}
+
+impl Clause {
+    /// Whether the clause rests on this project's reading of the spec.
+    pub fn is_decision(&self) -> bool {
+        self.basis == Basis::Decision
+    }
 }
 
 /// Normative strength of a clause.
@@ -205,6 +233,24 @@ impl Layout {
         }
         let file: File =
             toml::from_str(&text).map_err(|e| format!("{}: {e}", self.spec_map.display()))?;
+        for (id, clause) in &file.clause {
+            let reason = clause.reason.as_deref().map(str::trim);
+            match (clause.basis, reason) {
+                (Basis::Decision, None | Some("")) => {
+                    return Err(format!(
+                        "{}: clause `{id}` has basis = \"decision\" and no `reason`",
+                        self.spec_map.display()
+                    ))
+                }
+                (Basis::Spec, Some(_)) => {
+                    return Err(format!(
+                        "{}: clause `{id}` gives a `reason` but not basis = \"decision\"",
+                        self.spec_map.display()
+                    ))
+                }
+                _ => {}
+            }
+        }
         Ok(file.clause)
     }
 
@@ -289,4 +335,38 @@ pub fn lint(layout: &Layout) -> Vec<String> {
         }
     }
     problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(entry: &str) -> Result<SpecMap, String> {
+        let dir = std::env::temp_dir().join(format!("harness-spec-map-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{}.toml", entry.len()));
+        let text =
+            format!("[clause.\"x.y\"]\nsource = \"s\"\nlevel = \"must\"\ntext = \"t\"\n{entry}\n");
+        std::fs::write(&path, text).unwrap();
+        let layout = Layout {
+            spec_map: path,
+            ..Layout::at(&dir)
+        };
+        layout.spec_map()
+    }
+
+    #[test]
+    fn a_decision_needs_a_reason_and_a_reason_needs_a_decision() {
+        let map = load("basis = \"decision\"\nreason = \"the text is silent\"").unwrap();
+        assert!(map["x.y"].is_decision());
+        assert!(!load("").unwrap()["x.y"].is_decision());
+        let no_reason = load("basis = \"decision\"").unwrap_err();
+        assert!(no_reason.contains("no `reason`"), "{no_reason}");
+        let blank = load("basis = \"decision\"\nreason = \"  \"").unwrap_err();
+        assert!(blank.contains("no `reason`"), "{blank}");
+        let stray = load("reason = \"why\"").unwrap_err();
+        assert!(stray.contains("not basis"), "{stray}");
+        let unknown = load("basis = \"tentative\"").unwrap_err();
+        assert!(unknown.contains("tentative"), "{unknown}");
+    }
 }

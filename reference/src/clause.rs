@@ -91,6 +91,12 @@ clauses! {
     // Force field (DIGEST §11).
     ForceFieldDocument => "forcefield.document",
     ForceFieldTable => "forcefield.table",
+    ForceFieldUnits => "forcefield.units",
+    ForceFieldSource => "forcefield.source",
+    ForceFieldStyles => "forcefield.styles",
+    ForceFieldStyleTable => "forcefield.style-table",
+    ForceFieldTableName => "forcefield.table.name",
+    ForceFieldTableEndpoints => "forcefield.table.endpoints",
     // LMDB binding (spec text 000, DIGEST §§1-3).
     MetaRequired => "lmdb.meta.required",
     MetaWellFormed => "lmdb.meta.well-formed",

@@ -10,6 +10,7 @@ pub mod bench;
 pub mod clause;
 pub mod dtype;
 pub mod error;
+pub mod forcefield;
 pub mod frame_bytes;
 pub mod lmdb;
 pub mod model;

@@ -12,7 +12,7 @@ use crate::precision::{precision_in_range, round_column};
 use crate::typed_json::{self, MetaTag};
 use crate::units::check_unit;
 use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// Block names a trajectory declaration may not use.
 pub const RESERVED_BLOCK_NAMES: [&str; 4] = ["step", "time", "meta", "box"];
@@ -637,88 +637,26 @@ pub fn prepare_index(
     Ok(())
 }
 
-/// Checks the force-field document and its style tables (DIGEST §11).
+/// Checks the force-field document and its style tables (forcefield.md;
+/// [`crate::forcefield`]), then every block of `ff` as a frame block.
 pub fn prepare_forcefield(ff: &mut ForceField) -> Result<()> {
-    let doc = &ff.document;
-    if !doc.get("name").is_some_and(Value::is_string) {
-        refuse!(
-            ForceFieldDocument,
-            "forcefield.meta.name",
-            "a force field needs a string `name`"
-        );
-    }
-    if !doc.get("units").is_some_and(Value::is_object) {
-        refuse!(
-            ForceFieldDocument,
-            "forcefield.meta.units",
-            "a force field needs a `units` object"
-        );
-    }
-    if !doc.get("styles").is_some_and(Value::is_array) {
-        refuse!(
-            ForceFieldDocument,
-            "forcefield.meta.styles",
-            "a force field needs a `styles` list"
-        );
-    }
+    crate::forcefield::check(ff)?;
+    // Every block of `ff`, a style's table or unknown content kept as it
+    // is, is a block of the frame model; none declares a precision.
     for (name, table) in &mut ff.tables {
         let at = format!("forcefield.blocks.{name}");
-        let encoded_ok = name.split_once('.').is_some_and(|(cat, style)| {
-            !cat.is_empty() && !style.is_empty() && is_encoded_style(style)
-        });
-        if !encoded_ok {
-            refuse!(
-                ForceFieldTable,
-                at,
-                "a style table is named `<category>.<encoded style>`"
-            );
-        }
         for (col, column) in &table.columns {
-            let cat = format!("{at}.columns.{col}");
             if column.precision.is_some() {
                 refuse!(
                     PrecisionPlacement,
-                    cat,
+                    format!("{at}.columns.{col}"),
                     "force-field tables declare no precision"
                 );
             }
-            let is_string = column.dtype() == DType::String;
-            let endpoint = ["name", "itom", "jtom", "ktom", "ltom", "mtom"].contains(&col.as_str());
-            if !(is_string || !endpoint && column.dtype() == DType::F64) {
-                refuse!(ForceFieldTable, cat, "a table column is a string (name, endpoints) or an f64/string parameter, not {}", column.dtype());
-            }
         }
-        if let Some(ColumnData::String(names)) = table.columns.get("name").map(|c| &c.data) {
-            let mut seen = BTreeSet::new();
-            if let Some(dup) = names.iter().find(|n| !seen.insert(n.as_str())) {
-                refuse!(
-                    ForceFieldTable,
-                    format!("{at}.columns.name"),
-                    "duplicate name `{dup}`"
-                );
-            }
-        }
-        // Tables declare no precision (refused above): nothing to round.
         prepare_block(table, Rounding::Keep, &at)?;
     }
     Ok(())
-}
-
-fn is_encoded_style(style: &str) -> bool {
-    let b = style.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' => i += 1,
-            b'%' if b.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
-                && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit) =>
-            {
-                i += 3
-            }
-            _ => return false,
-        }
-    }
-    true
 }
 
 /// Encodes a style name for a table's block name (`lj/cut` -> `lj%2Fcut`).

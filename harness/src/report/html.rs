@@ -180,6 +180,22 @@ fn implementations(out: &mut String, reports: &[Report], spec: &SpecMap) {
             })
             .collect();
         out.push_str(&parts.join(" · "));
+        let failing: Vec<&Clause> = spec
+            .iter()
+            .filter(|(id, c)| {
+                let status = Coverage::of(&r.covering(id), Some(c)).status;
+                matches!(status, Status::Fail | Status::Partial)
+            })
+            .map(|(_, c)| c)
+            .collect();
+        let decided = failing.iter().filter(|c| c.is_decision()).count();
+        if decided > 0 {
+            let _ = write!(
+                out,
+                "<div class=\"note\">{decided} of {} failing clauses rest on a decision</div>",
+                failing.len()
+            );
+        }
         out.push_str("</td><td>");
         if r.has_unexpected() {
             let _ = write!(
@@ -366,9 +382,16 @@ fn clause_row(out: &mut String, row: &Row<'_>, reports: &[Report]) {
     );
     match row.clause {
         Some(c) => {
+            let decision = match &c.reason {
+                Some(reason) if c.is_decision() => format!(
+                    "<span class=\"lvl decision\" title=\"{}\">decision</span>",
+                    at(&format!("this project's reading: {reason}"))
+                ),
+                _ => String::new(),
+            };
             let _ = write!(
                 out,
-                "<div><span class=\"lvl {0}\">{0}</span></div>",
+                "<div><span class=\"lvl {0}\">{0}</span>{decision}</div>",
                 level_name(c.level)
             );
         }
@@ -453,6 +476,13 @@ fn drill(out: &mut String, row: &Row<'_>, reports: &[Report]) {
         let _ = write!(out, "<dt>Clause</dt><dd>{}</dd>", h(&c.text));
         if let Some(w) = &c.waiver {
             let _ = write!(out, "<dt>Waiver</dt><dd>{}</dd>", h(w));
+        }
+        if let (true, Some(reason)) = (c.is_decision(), &c.reason) {
+            let _ = write!(
+                out,
+                "<dt>Basis</dt><dd>decision: this project's reading where the spec is silent or ambiguous. {}</dd>",
+                h(reason)
+            );
         }
     } else {
         out.push_str("<dt>Clause</dt><dd>This id is named by cases but missing from <code>spec-map.toml</code>.</dd>");

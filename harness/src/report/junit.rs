@@ -59,7 +59,7 @@ pub(super) fn render(report: &Report) -> String {
         }
         out.push_str("    </properties>\n");
         for e in entries {
-            testcase(&mut out, e);
+            testcase(&mut out, e, &report.decisions);
         }
         out.push_str("  </testsuite>\n");
     }
@@ -67,7 +67,9 @@ pub(super) fn render(report: &Report) -> String {
     out
 }
 
-fn testcase(out: &mut String, e: &ResultEntry) {
+/// A trial whose case lists a clause resting on a decision carries
+/// `basis = decision` and one `decision` property per such clause.
+fn testcase(out: &mut String, e: &ResultEntry, reasons: &BTreeMap<String, String>) {
     let a = |s: &str| escape_xml(s, true);
     let t = |s: &str| escape_xml(s, false);
     let r = &e.result;
@@ -109,11 +111,27 @@ fn testcase(out: &mut String, e: &ResultEntry) {
             a(&format!("unsupported: {}", r.detail))
         )),
     };
+    let mut properties = String::new();
+    if !e.decisions.is_empty() {
+        properties.push_str(
+            "      <properties>\n        <property name=\"basis\" value=\"decision\"/>\n",
+        );
+        for id in &e.decisions {
+            let reason = reasons.get(id).map(String::as_str).unwrap_or_default();
+            let _ = writeln!(
+                properties,
+                "        <property name=\"decision\" value=\"{}\"/>",
+                a(&format!("{id}: {reason}"))
+            );
+        }
+        properties.push_str("      </properties>\n");
+    }
     match body {
-        None => out.push_str("/>\n"),
-        Some(body) => {
+        None if properties.is_empty() => out.push_str("/>\n"),
+        body => {
             out.push_str(">\n");
-            out.push_str(&body);
+            out.push_str(&properties);
+            out.push_str(body.as_deref().unwrap_or_default());
             out.push_str("    </testcase>\n");
         }
     }

@@ -4,13 +4,14 @@ use super::{
     first_line, level_name, unmapped_clauses, Coverage, Outcome, Report, ResultEntry, Status,
 };
 use crate::runner::Verdict;
-use crate::suite::{Level, SpecMap};
+use crate::suite::{Clause, Level, SpecMap};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
 pub(super) fn render(report: &Report, spec: &SpecMap) -> String {
     let mut out = String::new();
     header(&mut out, report);
+    decisions_failing(&mut out, report, spec);
     summary(&mut out, report);
     unexpected(&mut out, report);
     expected(&mut out, report);
@@ -65,6 +66,47 @@ fn header(out: &mut String, report: &Report) {
     } else {
         let _ = writeln!(out, "**Result: nothing unexpected.**\n");
     }
+}
+
+/// The clauses failing (wholly or partly) for this implementation, and how
+/// many of them rest on a decision rather than the spec's text.
+fn failing_clauses<'s>(report: &Report, spec: &'s SpecMap) -> Vec<(&'s String, &'s Clause)> {
+    spec.iter()
+        .filter(|(id, c)| {
+            let cov = Coverage::of(&report.covering(id), Some(c));
+            matches!(cov.status, Status::Fail | Status::Partial)
+        })
+        .collect()
+}
+
+fn decisions_failing(out: &mut String, report: &Report, spec: &SpecMap) {
+    let failing = failing_clauses(report, spec);
+    let decided: Vec<String> = failing
+        .iter()
+        .filter(|(_, c)| c.is_decision())
+        .map(|(id, _)| code(id))
+        .collect();
+    if failing.is_empty() {
+        return;
+    }
+    if decided.is_empty() {
+        let _ = writeln!(
+            out,
+            "None of the {} failing clauses rests on a decision: each is the spec's own text.\n",
+            failing.len()
+        );
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "{} failing clauses rest on a decision (this project's reading where the spec is silent or ambiguous; see Decisions): {}\n",
+        if decided.len() == failing.len() {
+            format!("**All {}**", failing.len())
+        } else {
+            format!("**{} of {}**", decided.len(), failing.len())
+        },
+        decided.join(", ")
+    );
 }
 
 fn summary(out: &mut String, report: &Report) {
@@ -234,16 +276,24 @@ fn coverage(out: &mut String, report: &Report, spec: &SpecMap) {
             (Some(w), Status::Waived) => format!("waived: {}", cell(w)),
             _ => cases_cell(&report.covering(id)),
         };
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} |",
-            code(id),
-            level_name(clause.level),
-            status,
-            cases
-        );
+        let level = if clause.is_decision() {
+            format!("{} · decision", level_name(clause.level))
+        } else {
+            level_name(clause.level).to_owned()
+        };
+        let _ = writeln!(out, "| {} | {} | {} | {} |", code(id), level, status, cases);
     }
     out.push('\n');
+    let decisions: Vec<(&String, &Clause)> = spec.iter().filter(|(_, c)| c.is_decision()).collect();
+    if !decisions.is_empty() {
+        out.push_str("## Decisions\n\nClauses that are this project's reading where the spec is silent or ambiguous (`basis = \"decision\"` in spec-map.toml); a failure here may be a defensible reading rather than a defect.\n\n| clause | status | reason |\n|:--|:--|:--|\n");
+        for (id, clause) in decisions {
+            let cov = Coverage::of(&report.covering(id), Some(clause));
+            let reason = clause.reason.as_deref().unwrap_or_default();
+            let _ = writeln!(out, "| {} | {} | {} |", code(id), cov.text(), cell(reason));
+        }
+        out.push('\n');
+    }
     let unmapped = unmapped_clauses([report], spec);
     if !unmapped.is_empty() {
         out.push_str("## Clauses not in the spec map\n\n");

@@ -143,6 +143,10 @@ pub struct ResultEntry {
     pub expected_failure: Option<String>,
     /// The verdict in the light of the expectations.
     pub outcome: Outcome,
+    /// The clauses the trial's case lists that rest on a decision (this
+    /// project's reading where the spec is silent), from [`Report::with_spec`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub decisions: Vec<String>,
 }
 
 impl ResultEntry {
@@ -345,6 +349,10 @@ pub struct Report {
     pub results: Vec<ResultEntry>,
     /// Counts per outcome.
     pub summary: Summary,
+    /// Every clause of the run that rests on a decision, with the spec
+    /// map's reason, from [`Report::with_spec`].
+    #[serde(default)]
+    pub decisions: BTreeMap<String, String>,
 }
 
 impl Report {
@@ -366,6 +374,7 @@ impl Report {
                     result,
                     expected_failure,
                     outcome,
+                    decisions: Vec::new(),
                 }
             })
             .collect();
@@ -386,7 +395,31 @@ impl Report {
             implementation,
             results,
             summary,
+            decisions: BTreeMap::new(),
         }
+    }
+
+    /// Marks, from the spec map, which clauses of the run rest on a
+    /// decision: on every trial that lists one and in [`Report::decisions`].
+    pub fn with_spec(mut self, spec: &SpecMap) -> Report {
+        for entry in &mut self.results {
+            let r = &entry.result;
+            let mut ids: Vec<String> = r
+                .clauses
+                .iter()
+                .chain(r.expected_clause.iter())
+                .filter(|id| spec.get(*id).is_some_and(Clause::is_decision))
+                .cloned()
+                .collect();
+            ids.sort();
+            ids.dedup();
+            for id in &ids {
+                let reason = spec[id].reason.clone().unwrap_or_default();
+                self.decisions.insert(id.clone(), reason);
+            }
+            entry.decisions = ids;
+        }
+        self
     }
 
     /// Whether anything is unexpected (fail or error not expected, or an expected failure that passed).

@@ -1,6 +1,6 @@
 use super::*;
 use crate::adapter::Capabilities;
-use crate::suite::{Direction, Kind};
+use crate::suite::{Basis, Direction, Kind};
 
 fn trial(
     case: &str,
@@ -134,6 +134,8 @@ fn clause(source: &str, level: Level, text: &str, waiver: Option<&str>) -> Claus
         level,
         text: text.into(),
         waiver: waiver.map(str::to_owned),
+        basis: Basis::Spec,
+        reason: None,
     }
 }
 
@@ -793,4 +795,64 @@ fn sample_reports(layout: &crate::suite::Layout, suites: &[crate::suite::Suite])
         ));
     }
     reports
+}
+
+/// `c.fail` made a decision: every form of the report says so.
+fn spec_with_decision() -> SpecMap {
+    let mut spec = spec();
+    let c = spec.get_mut("c.fail").unwrap();
+    c.basis = Basis::Decision;
+    c.reason = Some("the text is silent on broken files".into());
+    spec
+}
+
+#[test]
+fn a_clause_resting_on_a_decision_is_marked_in_every_form() {
+    let spec = spec_with_decision();
+    let report = report().with_spec(&spec);
+    assert_eq!(
+        report.decisions.get("c.fail").map(String::as_str),
+        Some("the text is silent on broken files")
+    );
+    let crashes = report
+        .results
+        .iter()
+        .find(|e| e.result.case == "crashes")
+        .unwrap();
+    assert_eq!(crashes.decisions, vec!["c.fail".to_string()]);
+    let basic = report
+        .results
+        .iter()
+        .find(|e| e.result.case == "basic")
+        .unwrap();
+    assert!(basic.decisions.is_empty());
+
+    let json = report.to_json();
+    assert!(
+        json.contains("\"decisions\": [\n        \"c.fail\""),
+        "{json}"
+    );
+    assert_eq!(Report::from_json(&json).unwrap(), report);
+
+    let junit = report.to_junit();
+    assert!(junit.contains("<property name=\"basis\" value=\"decision\"/>"));
+    assert!(junit.contains("c.fail: the text is silent on broken files"));
+
+    let md = report.to_markdown(&spec);
+    assert!(md.contains("failing clauses rest on a decision"), "{md}");
+    assert!(md.contains("| `c.fail` | should · decision |"), "{md}");
+    assert!(md.contains("## Decisions"), "{md}");
+
+    let html = Report::to_html(std::slice::from_ref(&report), &spec);
+    assert!(html.contains("<span class=\"lvl decision\""));
+    assert!(html.contains("rest on a decision"));
+}
+
+#[test]
+fn without_decisions_no_form_mentions_them() {
+    let spec = spec();
+    let report = report().with_spec(&spec);
+    assert!(report.decisions.is_empty());
+    assert!(!report.to_junit().contains("decision"));
+    assert!(!report.to_markdown(&spec).contains("## Decisions"));
 }

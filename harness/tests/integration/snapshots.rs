@@ -24,8 +24,9 @@ fn reference_markdown_report() {
             version: s.version,
         })
         .collect();
-    let report = Report::new(description, suites, results, &Expectations::default());
     let spec = layout.spec_map().expect("spec map");
+    let report =
+        Report::new(description, suites, results, &Expectations::default()).with_spec(&spec);
     insta::assert_snapshot!("reference_report", report.to_markdown(&spec));
 }
 

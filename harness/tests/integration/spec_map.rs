@@ -4,8 +4,8 @@
 
 use crate::common::run_everything;
 use harness::adapter::reference::Reference;
-use harness::suite::{Layout, Level};
-use std::collections::BTreeSet;
+use harness::suite::{Kind, Layout, Level};
+use std::collections::{BTreeMap, BTreeSet};
 
 #[test]
 fn every_must_clause_is_covered_by_a_passing_case_or_waived() {
@@ -40,4 +40,54 @@ fn every_clause_the_reference_names_is_in_the_map() {
         .filter(|id| !map.contains_key(*id))
         .collect();
     assert!(missing.is_empty(), "not in spec-map.toml: {missing:?}");
+}
+
+/// A reader that gets one refusal right by accident (a check on the wrong
+/// field, a bound off by one) passes a single case: every clause a reader
+/// is asked to refuse with has at least two read-refusal cases.
+#[test]
+fn every_reader_refusal_clause_has_two_cases() {
+    let layout = Layout::repository();
+    let mut cases: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for suite in layout.suites().expect("suites") {
+        for case in suite.cases.iter().filter(|c| c.kind == Kind::ReadRefusal) {
+            if let Some(clause) = &case.expect {
+                cases
+                    .entry(clause.clone())
+                    .or_default()
+                    .push(case.id.clone());
+            }
+        }
+    }
+    let thin: Vec<String> = cases
+        .iter()
+        .filter(|(_, ids)| ids.len() < 2)
+        .map(|(clause, ids)| format!("{clause}: only {}", ids.join(", ")))
+        .collect();
+    assert!(
+        thin.is_empty(),
+        "reader-refusal clauses with fewer than two read-refusal cases:\n{}",
+        thin.join("\n")
+    );
+}
+
+#[test]
+fn every_decision_gives_its_reason() {
+    let map = Layout::repository().spec_map().expect("spec map");
+    let decisions: Vec<&String> = map
+        .iter()
+        .filter(|(_, c)| c.is_decision())
+        .map(|(id, _)| id)
+        .collect();
+    // The loader refuses a decision without a reason; the map has some.
+    assert!(!decisions.is_empty());
+    for id in decisions {
+        assert!(
+            map[id]
+                .reason
+                .as_deref()
+                .is_some_and(|r| !r.trim().is_empty()),
+            "{id}"
+        );
+    }
 }
