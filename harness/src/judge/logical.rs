@@ -17,8 +17,9 @@
 //!   "attributes"?}`, empty maps and `null` omitted; trajectory blocks drop
 //!   `structural_shape`, `targets` and column `precision` (the declaration
 //!   holds them, §9);
-//! - a box always has its four keys (defaults applied; an undefined cell has
-//!   identity vectors and all-false boundary);
+//! - a box always has its four keys (defaults applied); on the fixture side
+//!   an undefined cell gets identity vectors and all-false boundary, which
+//!   the actual side must hand back as such (never normalized there);
 //! - system frames: `meta_types` lists every key (inferred by §7 where
 //!   absent), `meta` values typed by it;
 //! - `sequence_schema` columns always carry `trailing` and `nullable`.
@@ -542,7 +543,7 @@ fn system(v: &Value, path: &str, side: Side) -> Result<Value, JudgeError> {
     out.insert("meta_types".into(), Value::Object(types));
     out.insert("blocks".into(), Value::Object(blocks(m, path, side, None)?));
     if let Some(b) = opt(m, "box") {
-        out.insert("box".into(), cell_box(b, &key(path, "box"))?);
+        out.insert("box".into(), cell_box(b, &key(path, "box"), side)?);
     }
     Ok(Value::Object(out))
 }
@@ -776,9 +777,12 @@ fn f64s(v: &Value, path: &str, what: &str) -> Result<Vec<Value>, JudgeError> {
         .collect()
 }
 
-/// The cell (§8), defaults applied; an undefined cell has identity vectors
-/// and all-false boundary whatever was stored.
-fn cell_box(v: &Value, path: &str) -> Result<Value, JudgeError> {
+/// The cell (§8), defaults applied. On a fixture (expected or stored), an
+/// undefined cell has identity vectors and all-false boundary whatever it
+/// states, since that is what a reader must hand back (frame.md, "An
+/// undefined cell"); what a reader handed back is taken as it is, so a
+/// reader returning the stored vectors of an undefined cell is caught.
+fn cell_box(v: &Value, path: &str, side: Side) -> Result<Value, JudgeError> {
     let m = obj(v, path, "a box")?;
     allow(m, path, &["vectors", "origin", "boundary", "cell_defined"])?;
     let vpath = key(path, "vectors");
@@ -811,7 +815,7 @@ fn cell_box(v: &Value, path: &str) -> Result<Value, JudgeError> {
             )
         }
     };
-    if !defined {
+    if !defined && side != Side::Actual {
         vectors = (0..3)
             .map(|i| {
                 Value::Array(
@@ -913,7 +917,7 @@ fn trajectory(
         frame.insert("meta".into(), Value::Object(meta));
         let blocks = blocks(fm, &p, side, Some(precisions))?;
         let bx = match opt(fm, "box") {
-            Some(b) => Some(cell_box(b, &key(&p, "box"))?),
+            Some(b) => Some(cell_box(b, &key(&p, "box"), side)?),
             None => None,
         };
         if resolve {

@@ -26,6 +26,24 @@ enum Fault {
     /// The writer leaves out an undefined cell's all-false `boundary` (which
     /// then reads as the same cell: only inspecting the file catches it).
     OmitsUndefinedBoundary,
+    /// The writer's quantum is the power of two nearest the precision, not
+    /// the largest one not above it.
+    QuantumNearest,
+    /// The writer's quantum is the smallest power of two above the precision.
+    QuantumAbove,
+    /// The reader rounds values to their declared precision again.
+    ReroundsOnRead,
+    /// The reader hands back an undefined cell's stored `vectors` instead of
+    /// the identity.
+    StoredUndefinedVectors,
+}
+
+/// Which quantum a writer takes for a precision.
+#[derive(Clone, Copy)]
+enum Quantum {
+    LargestNotAbove,
+    Nearest,
+    SmallestAbove,
 }
 
 struct Broken {
@@ -40,6 +58,13 @@ impl Implementation for Broken {
 
     fn write(&mut self, collection: &Value, path: &Path) -> Outcome<()> {
         let mut collection = collection.clone();
+        // Rounded to a coarser grid first, the reference's own rounding (to
+        // the right grid) leaves the values where the wrong quantum put them.
+        match self.fault {
+            Fault::QuantumNearest => round_declared(&mut collection, Quantum::Nearest),
+            Fault::QuantumAbove => round_declared(&mut collection, Quantum::SmallestAbove),
+            _ => {}
+        }
         if let Fault::AcceptsMissingUnits = self.fault {
             if collection.pointer("/meta/units").is_none() {
                 if let Some(meta) = collection.get_mut("meta").and_then(Value::as_object_mut) {
@@ -64,6 +89,8 @@ impl Implementation for Broken {
             match self.fault {
                 Fault::NoCarryForwardOnRead => drop_carried_blocks(&mut c),
                 Fault::U64AsI64 => u64_to_i64(&mut c),
+                Fault::ReroundsOnRead => round_declared(&mut c, Quantum::LargestNotAbove),
+                Fault::StoredUndefinedVectors => stored_undefined_vectors(path, &mut c),
                 _ => {}
             }
             c
@@ -103,6 +130,129 @@ fn u64_to_i64(v: &mut Value) {
         }
         Value::Array(items) => items.iter_mut().for_each(u64_to_i64),
         _ => {}
+    }
+}
+
+fn quantum(p: f64, rule: Quantum) -> f64 {
+    let below = 2f64.powi(p.log2().floor() as i32);
+    match rule {
+        _ if below == p => p,
+        Quantum::LargestNotAbove => below,
+        Quantum::Nearest if p - below < 2.0 * below - p => below,
+        Quantum::Nearest | Quantum::SmallestAbove => 2.0 * below,
+    }
+}
+
+fn round_values(column: &mut Value, p: f64, rule: Quantum) {
+    // Refusal fixtures hold precisions on other dtypes and out of range:
+    // those are the writer's to refuse, untouched here.
+    if column.get("dtype").and_then(Value::as_str) != Some("f64") || !(p.is_normal() && p > 0.0) {
+        return;
+    }
+    let q = quantum(p, rule);
+    let Some(values) = column.get_mut("values").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for v in values {
+        if let Some(x) = v.as_f64().filter(|x| x.abs() < 2f64.powi(52) * q) {
+            *v = Value::from((x / q).round_ties_even() * q);
+        }
+    }
+}
+
+/// Rounds every column that declares a precision (system and index columns
+/// by their own `precision`, trajectory columns by sequence_schema's) with
+/// the quantum `rule` picks.
+fn round_declared(c: &mut Value, rule: Quantum) {
+    let own = |column: &mut Value| {
+        if let Some(p) = column.get("precision").and_then(Value::as_f64) {
+            round_values(column, p, rule);
+        }
+    };
+    if let Some(index) = c.get_mut("index").and_then(Value::as_object_mut) {
+        index.values_mut().for_each(own);
+    }
+    let schema = c.get("sequence_schema").cloned().unwrap_or_default();
+    let Some(records) = c.get_mut("records").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for record in records {
+        if let Some(blocks) = record
+            .pointer_mut("/system/blocks")
+            .and_then(Value::as_object_mut)
+        {
+            for block in blocks.values_mut() {
+                if let Some(cols) = block.get_mut("columns").and_then(Value::as_object_mut) {
+                    cols.values_mut().for_each(own);
+                }
+            }
+        }
+        let Some(frames) = record
+            .pointer_mut("/trajectory/frames")
+            .and_then(Value::as_array_mut)
+        else {
+            continue;
+        };
+        for frame in frames {
+            let Some(blocks) = frame.get_mut("blocks").and_then(Value::as_object_mut) else {
+                continue;
+            };
+            for (name, block) in blocks {
+                let Some(cols) = block.get_mut("columns").and_then(Value::as_object_mut) else {
+                    continue;
+                };
+                for (col, column) in cols {
+                    let pointer = format!("/blocks/{name}/columns/{col}/precision");
+                    if let Some(p) = schema.pointer(&pointer).and_then(Value::as_f64) {
+                        round_values(column, p, rule);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Puts the `vectors` stored with every undefined cell (system `s:r`,
+/// update `f:j`) in place of the identity the reference handed back.
+fn stored_undefined_vectors(path: &Path, c: &mut Value) {
+    let mut options = EnvOpenOptions::new();
+    // SAFETY: valid flags for a read-only environment (golden files are
+    // read here too, and must not change).
+    unsafe { options.flags(EnvFlags::NO_SUB_DIR | EnvFlags::READ_ONLY) };
+    // SAFETY: nothing writes the file while this test reads it.
+    let env = unsafe { options.open(path) }.expect("open");
+    let txn = env.read_txn().expect("txn");
+    let db: Database<Bytes, Bytes> = env
+        .open_database(&txn, None)
+        .expect("db")
+        .expect("unnamed db");
+    let stored = |prefix: u8, n: u64| -> Option<Value> {
+        let mut key = vec![prefix];
+        key.extend_from_slice(&n.to_be_bytes());
+        let value = db.get(&txn, &key).ok()??;
+        let (header, _) = split_frame(value);
+        let cell = header.get("box")?;
+        (cell.get("cell_defined") == Some(&Value::Bool(false)))
+            .then(|| cell.get("vectors").cloned())
+            .flatten()
+    };
+    let mut ordinal = 0;
+    let records = c.get_mut("records").and_then(Value::as_array_mut);
+    for (r, record) in records.into_iter().flatten().enumerate() {
+        if let (Some(vectors), Some(cell)) =
+            (stored(b's', r as u64), record.pointer_mut("/system/box"))
+        {
+            cell["vectors"] = vectors;
+        }
+        let frames = record
+            .pointer_mut("/trajectory/frames")
+            .and_then(Value::as_array_mut);
+        for frame in frames.into_iter().flatten() {
+            if let (Some(vectors), Some(cell)) = (stored(b'f', ordinal), frame.get_mut("box")) {
+                cell["vectors"] = vectors;
+            }
+            ordinal += 1;
+        }
     }
 }
 
@@ -195,7 +345,9 @@ fn omit_undefined_boundary(path: &Path) {
     });
 }
 
-fn check(fault: Fault, should_fail: impl Fn(&TrialResult) -> bool) {
+/// Runs the suite against the fault; every failure is a `Fail` that
+/// `should_fail` allows, every other trial passes. Returns the failed trials.
+fn check(fault: Fault, should_fail: impl Fn(&TrialResult) -> bool) -> Vec<String> {
     let mut imp = Broken {
         inner: Reference::new(),
         fault,
@@ -223,6 +375,18 @@ fn check(fault: Fault, should_fail: impl Fn(&TrialResult) -> bool) {
             r.detail
         );
         assert_eq!(r.verdict, Verdict::Fail, "{}: {}", r.trial, r.detail);
+    }
+    failed.iter().map(|r| r.trial.clone()).collect()
+}
+
+/// At least two trials caught the fault, among them every one of `must`.
+fn caught_twice(fault: Fault, failed: &[String], must: &[&str]) {
+    assert!(failed.len() >= 2, "{fault:?} failed only {failed:?}");
+    for trial in must {
+        assert!(
+            failed.iter().any(|t| t == trial),
+            "{fault:?}: {trial} passed; failed: {failed:?}"
+        );
     }
 }
 
@@ -280,4 +444,56 @@ fn an_omitted_undefined_cell_boundary_is_caught() {
                 "box-changes-and-undefined" | "box-undefined-origin"
             )
     });
+}
+
+#[test]
+fn a_quantum_nearest_the_precision_is_caught() {
+    let failed = check(Fault::QuantumNearest, writes);
+    caught_twice(
+        Fault::QuantumNearest,
+        &failed,
+        &[
+            "collection::precision-quantum-system::write",
+            "collection::precision-quantum-trajectory::write",
+        ],
+    );
+}
+
+#[test]
+fn a_quantum_above_the_precision_is_caught() {
+    let failed = check(Fault::QuantumAbove, writes);
+    caught_twice(
+        Fault::QuantumAbove,
+        &failed,
+        &[
+            "collection::precision-quantum-system::write",
+            "collection::precision-quantum-trajectory::write",
+        ],
+    );
+}
+
+#[test]
+fn a_reader_that_rounds_again_is_caught() {
+    let failed = check(Fault::ReroundsOnRead, reads);
+    caught_twice(
+        Fault::ReroundsOnRead,
+        &failed,
+        &[
+            "collection::read-precision-off-grid-system::read",
+            "collection::read-precision-off-grid-trajectory::read",
+        ],
+    );
+}
+
+#[test]
+fn a_reader_handing_back_an_undefined_cells_stored_vectors_is_caught() {
+    let failed = check(Fault::StoredUndefinedVectors, reads);
+    caught_twice(
+        Fault::StoredUndefinedVectors,
+        &failed,
+        &[
+            "collection::read-undefined-cell-vectors-system::read",
+            "collection::read-undefined-cell-vectors-trajectory::read",
+        ],
+    );
 }
