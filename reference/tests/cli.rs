@@ -346,3 +346,76 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     found
 }
+
+/// Overwrites row `row` of column `column` (8-byte elements) of block
+/// `block` in the frame stored under `key`, as a third-party writer's
+/// defect would leave it.
+fn patch_cell(file: &Path, key: &[u8], block: &str, column: &str, row: usize, bytes: [u8; 8]) {
+    use heed::types::Bytes;
+    let mut options = heed::EnvOpenOptions::new();
+    options.map_size(64 << 20);
+    // SAFETY: valid flags for a writable environment.
+    unsafe { options.flags(heed::EnvFlags::NO_SUB_DIR) };
+    // SAFETY: this test is the only user of the file and opens it once.
+    let env = unsafe { options.open(file) }.unwrap();
+    let mut txn = env.write_txn().unwrap();
+    let db: heed::Database<Bytes, Bytes> = env.open_database(&txn, None).unwrap().unwrap();
+    let mut value = db.get(&txn, key).unwrap().unwrap().to_vec();
+    let len = u32::from_le_bytes(value[4..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&value[8..8 + len]).unwrap();
+    let offset = header["blocks"][block]["columns"][column]["offset"]
+        .as_u64()
+        .unwrap() as usize;
+    let at = (8 + len).div_ceil(8) * 8 + offset + row * 8;
+    value[at..at + 8].copy_from_slice(&bytes);
+    db.put(&mut txn, key, &value).unwrap();
+    txn.commit().unwrap();
+    env.prepare_for_closing().wait();
+}
+
+fn written(name: &str, fixture_name: &str) -> PathBuf {
+    let dir = missing_dir(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("c.mrec.lmdb");
+    let (code, _, err) = mrec(&["write", &fixture(fixture_name), file.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    file
+}
+
+#[test]
+fn validate_reports_an_index_n_atoms_that_differs_from_the_record() {
+    let file = written("validate-n-atoms", "records-different-subsets.json");
+    patch_cell(&file, b"index", "records", "n_atoms", 1, 7u64.to_le_bytes());
+    let (code, out, err) = mrec(&["validate", file.to_str().unwrap()]);
+    assert_ne!(code, Some(0), "{out}{err}");
+    assert!(
+        err.contains(
+            "[lmdb.index.n-atoms] index.records.columns.n_atoms[1]: is 7; record 1 has 3 atoms"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("1 violation(s)"), "{err}");
+}
+
+#[test]
+fn validate_reports_off_grid_values_as_should_findings_and_still_conforms() {
+    let file = written("validate-off-grid", "precision-off-grid-system.json");
+    // charge is declared at 0.25: 0.3 is off its grid.
+    patch_cell(
+        &file,
+        &[b's', 0, 0, 0, 0, 0, 0, 0, 0],
+        "atoms",
+        "charge",
+        2,
+        0.3f64.to_le_bytes(),
+    );
+    let (code, out, err) = mrec(&["validate", file.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("conforms") && out.contains("1 finding(s) of level should"),
+        "{out}"
+    );
+    assert!(err.contains("(should)") && err.contains("charge"), "{err}");
+    let (_, help, _) = mrec(&["validate", "--help"]);
+    assert!(help.contains("should"), "{help}");
+}
