@@ -31,6 +31,8 @@ enum Fault {
     QuantumNearest,
     /// The writer's quantum is the smallest power of two above the precision.
     QuantumAbove,
+    /// The writer rounds a tie away from zero, not to even.
+    RoundsTiesAway,
     /// The reader rounds values to their declared precision again.
     ReroundsOnRead,
     /// The reader hands back an undefined cell's stored `vectors` instead of
@@ -44,6 +46,8 @@ enum Quantum {
     LargestNotAbove,
     Nearest,
     SmallestAbove,
+    /// The right quantum, with ties rounded away from zero.
+    TiesAway,
 }
 
 struct Broken {
@@ -63,6 +67,7 @@ impl Implementation for Broken {
         match self.fault {
             Fault::QuantumNearest => round_declared(&mut collection, Quantum::Nearest),
             Fault::QuantumAbove => round_declared(&mut collection, Quantum::SmallestAbove),
+            Fault::RoundsTiesAway => round_declared(&mut collection, Quantum::TiesAway),
             _ => {}
         }
         if let Fault::AcceptsMissingUnits = self.fault {
@@ -137,7 +142,7 @@ fn quantum(p: f64, rule: Quantum) -> f64 {
     let below = 2f64.powi(p.log2().floor() as i32);
     match rule {
         _ if below == p => p,
-        Quantum::LargestNotAbove => below,
+        Quantum::LargestNotAbove | Quantum::TiesAway => below,
         Quantum::Nearest if p - below < 2.0 * below - p => below,
         Quantum::Nearest | Quantum::SmallestAbove => 2.0 * below,
     }
@@ -155,7 +160,11 @@ fn round_values(column: &mut Value, p: f64, rule: Quantum) {
     };
     for v in values {
         if let Some(x) = v.as_f64().filter(|x| x.abs() < 2f64.powi(52) * q) {
-            *v = Value::from((x / q).round_ties_even() * q);
+            let steps = match rule {
+                Quantum::TiesAway => (x / q).round(),
+                _ => (x / q).round_ties_even(),
+            };
+            *v = Value::from(steps * q);
         }
     }
 }
@@ -464,6 +473,19 @@ fn a_quantum_above_the_precision_is_caught() {
     let failed = check(Fault::QuantumAbove, writes);
     caught_twice(
         Fault::QuantumAbove,
+        &failed,
+        &[
+            "collection::precision-quantum-system::write",
+            "collection::precision-quantum-trajectory::write",
+        ],
+    );
+}
+
+#[test]
+fn rounding_ties_away_from_zero_is_caught() {
+    let failed = check(Fault::RoundsTiesAway, writes);
+    caught_twice(
+        Fault::RoundsTiesAway,
         &failed,
         &[
             "collection::precision-quantum-system::write",
