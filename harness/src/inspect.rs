@@ -2,10 +2,13 @@
 //! own code (never the reference's): the file, the key scheme, `meta`, the
 //! `index`, frame keys and frame bytes (spec text 000, DIGEST §§1-4).
 //!
-//! The file is opened read-only through `heed` and read key by key; every
-//! breach is reported as a [`Finding`] naming its clause id.
+//! The file's LMDB pages are checked first ([`pages`]: a damaged page could
+//! crash LMDB, and with it the harness); a sound file is then opened
+//! read-only through `heed` and read key by key. Every breach is reported
+//! as a [`Finding`] naming its clause id.
 
 pub mod frame_bytes;
+pub mod pages;
 #[cfg(test)]
 mod tests;
 
@@ -106,7 +109,10 @@ pub const MAX_FINDINGS: usize = 100;
 pub fn inspect_file(path: &Path, expected: Option<&Expected>) -> Vec<Finding> {
     let mut out = Findings::default();
     if check_file_shape(path, &mut out) {
-        inspect_env(path, expected, &mut out);
+        match pages::check(path) {
+            Ok(()) => inspect_env(path, expected, &mut out),
+            Err((clause, e)) => out.push(clause, format!("{}: {e}", path.display())),
+        }
     }
     out.items
 }

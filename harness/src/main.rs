@@ -51,6 +51,13 @@ enum Command {
         #[arg(long)]
         root: Option<PathBuf>,
     },
+    /// Check one `.mrec.lmdb` file with the harness's own code (its LMDB
+    /// pages, then the binding's file-level rules), as `run` checks every
+    /// file an implementation writes; prints `[clause] message` per finding.
+    Inspect {
+        /// The file.
+        file: PathBuf,
+    },
     /// Regenerate fixtures/golden/ with the reference (never done by a test).
     Golden {
         /// Repository root.
@@ -83,6 +90,19 @@ fn main() -> ExitCode {
                 println!("suites are clean");
                 ExitCode::SUCCESS
             } else {
+                ExitCode::from(1)
+            }
+        }
+        Command::Inspect { file } => {
+            let findings = harness::inspect::inspect_file(&file, None);
+            for f in &findings {
+                eprintln!("[{}] {}", f.clause, f.message);
+            }
+            if findings.is_empty() {
+                println!("{}: no findings", file.display());
+                ExitCode::SUCCESS
+            } else {
+                eprintln!("{}: {} finding(s)", file.display(), findings.len());
                 ExitCode::from(1)
             }
         }

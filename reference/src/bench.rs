@@ -16,7 +16,9 @@
 //! 4. reading the same keys as raw LMDB values (nothing decoded),
 //! 5. reading the peer file (inflate + JSON parse),
 //! 6. an index query answered from the index alone,
-//! 7. two threads reading owned arrays concurrently (and views, 7b).
+//! 7. two threads reading owned arrays concurrently (and views, 7b),
+//! 8. the page check of [`Reader::open_checked`] (`check_pages`), against
+//!    one full read as owned arrays.
 //!
 //! The read figures are measured in `passes` rounds after a warm-up round,
 //! each round one pass of every figure; a figure is the median of its
@@ -25,7 +27,9 @@
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::lmdb::{frame_key, record_key, system_key, Reader, RecordTxn, Writer, WriterOptions};
+use crate::lmdb::{
+    check_pages, frame_key, record_key, system_key, Reader, RecordTxn, Writer, WriterOptions,
+};
 use crate::model::*;
 use crate::typed_json::MetaTag;
 use crate::Clause;
@@ -1677,6 +1681,7 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
     let threads = || two_thread_pass(&reader, &order, arrays_pass);
     let threads_views = || two_thread_pass(&reader, &order, views_pass);
     let index = || index_pass(&reader).map(Seen::matches);
+    let page_check = || check_pages(&path).map(|c| Seen::bytes(c.leaf_pages + c.branch_pages));
     let peer = || {
         let (frames, sum_x) = peer_pass(&peer_env, &peer_db, &order, &first, &counts)?;
         Ok(Seen {
@@ -1690,7 +1695,7 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
         raw_pass(env, db, &order, &first, &counts)?;
         touch_all(&peer_env, &peer_db).map(Seen::bytes)
     };
-    let mut figures: [(&str, &dyn Fn() -> Result<Seen>); 10] = [
+    let mut figures: [(&str, &dyn Fn() -> Result<Seen>); 11] = [
         ("touch both files", &touch),
         ("(2) owned arrays", &arrays),
         ("(2c) owned arrays, index order", &arrays_in_order),
@@ -1700,13 +1705,14 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
         ("(7) two threads, owned arrays", &threads),
         ("(7b) two threads, views", &threads_views),
         ("(6) index query", &index),
+        ("(8) page check", &page_check),
         ("(5) peer", &peer),
     ];
     let round_bar = bar(opts.progress, passes as u64 + 1, "read rounds", "rounds");
     let (timings, seen) = measure_rounds(passes, &round_bar, &mut figures)?;
-    let [_, arrays_t, in_order_t, raw_t, owned_t, views_t, threads_t, threads_views_t, index_t, peer_t] =
+    let [_, arrays_t, in_order_t, raw_t, owned_t, views_t, threads_t, threads_views_t, index_t, check_t, peer_t] =
         timings;
-    let [_, arrays_tally, in_order_tally, raw_seen, owned_seen, views_tally, threads_tally, threads_views_tally, index_seen, peer_seen] =
+    let [_, arrays_tally, in_order_tally, raw_seen, owned_seen, views_tally, threads_tally, threads_views_tally, index_seen, _, peer_seen] =
         seen;
     let (raw_bytes, owned_frames) = (raw_seen.bytes, owned_seen.frames);
     let (small, hits) = index_seen.matches;
@@ -1774,6 +1780,7 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
         peer: peer_t,
         index: index_t,
         index_hits: (small, hits),
+        page_check: check_t,
         threads: threads_t,
         threads_views: threads_views_t,
         mem_final,
@@ -1819,6 +1826,8 @@ struct Figures {
     peer: Timing,
     index: Timing,
     index_hits: (u64, u64),
+    /// (8): `check_pages` of the collection file.
+    page_check: Timing,
     threads: Timing,
     threads_views: Timing,
     mem_final: Mem,
@@ -1928,6 +1937,7 @@ impl Figures {
         let threads_arrays = time_ratio(&self.arrays, &self.threads);
         let in_order_arrays = time_ratio(&self.arrays, &self.arrays_in_order);
         let threads_views_scaling = time_ratio(&self.views, &self.threads_views);
+        let check_arrays = time_ratio(&self.page_check, &self.arrays);
         let rss_growth = self.mem_end.rss as i64 - self.mem_start.rss as i64;
         let anon_growth = self.max_anon as i64 - self.mem_start.anon as i64;
         let tally = self.views_tally;
@@ -2088,6 +2098,26 @@ impl Figures {
             thousands(self.index_hits.1),
             dash(),
         ));
+        let ms = |s: f64| format!("{:.1} ms", s * 1e3);
+        rows.push(
+            row(
+                "(8) page check of the file (Reader::open_checked)",
+                ms(self.page_check.median()),
+                ms(self.page_check.min()),
+                ms(self.page_check.max()),
+            )
+            .cpu(self.page_check.cpu_share()),
+        );
+        let (m, lo, hi) = r3(check_arrays, times);
+        rows.push(
+            row(
+                "    time (8)/(2): the check against one full read",
+                m,
+                lo,
+                hi,
+            )
+            .target("<= 0.10x", check_arrays.median <= 0.10),
+        );
         let (m, lo, hi) = r3(threads, rate);
         rows.push(
             row("(7) two threads, owned arrays (frames/s)", m, lo, hi)
@@ -2318,6 +2348,7 @@ impl Figures {
                 "matches_at_most_20_atoms": self.index_hits.0,
                 "matches_s_or_cl_at_most_12_heavy": self.index_hits.1,
             },
+            "page_check": self.page_check.json(1, "checks_per_s"),
             "two_threads_owned_arrays": self.threads.json(n_frames, "frames_per_s"),
             "two_threads_views": self.threads_views.json(n_frames, "frames_per_s"),
             "ratios": {
@@ -2330,6 +2361,7 @@ impl Figures {
                 "speed_two_threads_over_owned_arrays": threads_arrays.json(),
                 "speed_two_threads_views_over_views": threads_views_scaling.json(),
                 "speed_index_order_over_shuffled": in_order_arrays.json(),
+                "time_page_check_over_owned_arrays": check_arrays.json(),
                 "file_over_payload": file_ratio,
                 "peer_file_over_ours": self.peer_write.file_bytes as f64 / self.file_bytes as f64,
             },

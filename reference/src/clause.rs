@@ -117,6 +117,7 @@ clauses! {
     KeysScheme => "lmdb.keys.scheme",
     FileSingle => "lmdb.file.single",
     FileComplete => "lmdb.file.complete",
+    FilePages => "lmdb.file.pages",
     WriterExclusive => "lmdb.file.one-writer",
     // Frame bytes (spec text 000 "Frame bytes", DIGEST §4).
     FrameTooShort => "mrf1.too-short",

@@ -1422,3 +1422,36 @@ fn every_resolved_update_carries_the_declared_targets_and_shape() {
         assert!(frame.blocks["atoms"].targets.is_empty(), "frame {j}");
     }
 }
+
+/// `check_pages` counts what LMDB's record says on a sound file, and
+/// `Reader::open_checked` refuses a file whose first leaf's node pointer
+/// points outside the page (what made LMDB's cursor crash, issue #31).
+#[test]
+fn a_damaged_node_pointer_is_refused_before_lmdb_walks_it() {
+    use molrec::lmdb::check_pages;
+    let path = scratch_file("lmdb-test", "pages");
+    let options = WriterOptions {
+        page_size: 4096,
+        ..WriterOptions::default()
+    };
+    write_json(&path, &water_collection(40), options).unwrap();
+    let counts = check_pages(&path).unwrap();
+    assert_eq!(counts.page_size, 4096);
+    assert!(counts.depth >= 2 && counts.branch_pages >= 1, "{counts:?}");
+    assert!(Reader::open_checked(&path).is_ok());
+    // The root is a branch page; find a leaf page and point its first
+    // node 2 bytes before the end of the page.
+    let mut bytes = std::fs::read(&path).unwrap();
+    let leaf = (2..bytes.len() / 4096)
+        .find(|p| u16::from_le_bytes([bytes[p * 4096 + 10], bytes[p * 4096 + 11]]) == 0x02)
+        .unwrap();
+    bytes[leaf * 4096 + 16..leaf * 4096 + 18].copy_from_slice(&4094u16.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    match Reader::open_checked(&path).map(|_| ()) {
+        Err(Error::Refused { clause, at, detail }) => {
+            assert_eq!(clause, Clause::FilePages);
+            assert!(at.contains(&format!("page {leaf}")), "{at}: {detail}");
+        }
+        other => panic!("a damaged node pointer must be refused: {other:?}"),
+    }
+}

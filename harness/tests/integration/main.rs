@@ -3,6 +3,8 @@
 //! Index:
 //! - `broken`: implementations that each break one rule are caught by the
 //!   cases covering that rule, and pass the rest.
+//! - `corrupt`: `harness inspect` on files with damaged LMDB pages ends in
+//!   findings, never a signal or a hang.
 //! - `cli`: the command line writes the four reports; expectations are checked;
 //!   the Python template adapter is reported as read-only.
 //! - `subprocess`: the reference as a subprocess gives the same verdicts as
@@ -14,6 +16,7 @@
 mod broken;
 mod cli;
 mod common;
+mod corrupt;
 mod snapshots;
 mod spec_map;
 mod subprocess;

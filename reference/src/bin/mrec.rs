@@ -212,7 +212,7 @@ fn write(model: &Path, out: &Path, options: WriterOptions) -> Result<(), Error> 
 }
 
 fn dump(file: &Path) -> Result<(), Error> {
-    let collection = Reader::open(file)?.read_collection()?;
+    let collection = Reader::open_checked(file)?.read_collection()?;
     let mut out = std::io::stdout().lock();
     serde_json::to_writer_pretty(&mut out, &collection_to_json(&collection))
         .map_err(|e| Error::Io(e.into()))?;
@@ -221,7 +221,7 @@ fn dump(file: &Path) -> Result<(), Error> {
 }
 
 fn info(file: &Path) -> Result<(), Error> {
-    let reader = Reader::open(file)?;
+    let reader = Reader::open_checked(file)?;
     let size = std::fs::metadata(file)?.len();
     let units = reader
         .collection_meta()
@@ -292,7 +292,7 @@ fn info(file: &Path) -> Result<(), Error> {
 /// not only the first: the exit status) and then `Reader::findings` (the
 /// `should`s broken, which readers accept: printed, never an exit status).
 fn validate(file: &Path) -> ExitCode {
-    let reader = match Reader::open(file) {
+    let reader = match Reader::open_checked(file) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("mrec: {e}");
@@ -429,7 +429,7 @@ fn adapter() -> Result<(), Error> {
                 answer(id, result.map(|()| None))
             }
             (Some("read"), Some(path)) => {
-                let result = Reader::open(&path).and_then(|r| r.read_collection());
+                let result = Reader::open_checked(&path).and_then(|r| r.read_collection());
                 answer(id, result.map(|c| Some(collection_to_json(&c))))
             }
             _ => json!({"id": id, "status": "unsupported"}),

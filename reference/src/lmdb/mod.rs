@@ -1,10 +1,12 @@
 //! The LMDB binding (spec text 000, DIGEST §§1-4): one file, one unnamed
 //! database, keys `meta`, `index`, `ff`, `r`/`s`/`f` + u64 big-endian.
 
+mod pages;
 mod reader;
 mod resolve;
 mod writer;
 
+pub use pages::{check_pages, PageCounts};
 pub use reader::{Reader, RecordTxn, ResolvedView};
 pub use writer::{partial_path, write_collection, Writer, WriterOptions, DEFAULT_PAGE_SIZE};
 

@@ -41,6 +41,21 @@ pub struct Reader {
 }
 
 impl Reader {
+    /// [`check_pages`](super::check_pages), then [`Reader::open`]: for a
+    /// file from elsewhere (a download, another writer, a copy that may
+    /// have lost a sector). LMDB trusts its pages, and a damaged page can
+    /// crash the process inside LMDB's C code; the check refuses it first
+    /// (`lmdb.file.pages`, with the page and what is wrong). It reads
+    /// every page of the tree once, so it costs about one pass over the
+    /// file; [`Reader::open`] skips it for files this process or a trusted
+    /// pipeline wrote. A file at rest is assumed: one written in place
+    /// while it is checked may be refused. `mrec` checks every file it
+    /// opens.
+    pub fn open_checked(path: &Path) -> Result<Reader> {
+        super::check_pages(path)?;
+        Reader::open(path)
+    }
+
     /// Opens a committed collection and checks `meta` and the index.
     ///
     /// Readers of one file in a process share LMDB's environment, which
