@@ -336,7 +336,7 @@ impl<'f> Walk<'f> {
             let compared = !(branch && i == 0);
             if compared {
                 if let Some((pk, pn)) = previous_key {
-                    if p[pk..pk + pn] >= p[key..key + ksize] {
+                    if !ascending(&p[pk..pk + pn], &p[key..key + ksize]) {
                         return Err(corrupt(node_at(), "keys are out of order"));
                     }
                 }
@@ -392,6 +392,19 @@ impl<'f> Walk<'f> {
         }
         Ok(())
     }
+}
+
+/// Whether `a < b` as LMDB orders keys (bytes, then length). Most keys of
+/// this binding are 9 bytes: their first 8, read as one big-endian word,
+/// decide without a call to `memcmp` (9% of the check's time before).
+fn ascending(a: &[u8], b: &[u8]) -> bool {
+    if let (Some(x), Some(y)) = (a.first_chunk::<8>(), b.first_chunk::<8>()) {
+        let (x, y) = (u64::from_be_bytes(*x), u64::from_be_bytes(*y));
+        if x != y {
+            return x < y;
+        }
+    }
+    a < b
 }
 
 /// Checks the page structure of the LMDB file at `path` (see the module
