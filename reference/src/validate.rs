@@ -415,11 +415,18 @@ fn take_declared_head(block: &mut Block, decl: &BlockDecl) -> Result<()> {
     if block.targets != decl.targets {
         block.targets = decl.targets.clone();
     }
-    let shape = decl.structural_shape.as_ref().filter(|_| block.count > 0);
-    if block.structural_shape.as_ref() != shape {
-        block.structural_shape = shape.cloned();
+    let shape = declared_shape(decl, block.count);
+    if block.structural_shape.as_deref() != shape {
+        block.structural_shape = shape.map(<[u64]>::to_vec);
     }
     Ok(())
+}
+
+/// The structural shape an update of `count` rows has: the declaration's,
+/// except on an update that empties the block (a shape's product is never
+/// 0). The writer stores it; the reader hands it back.
+pub(crate) fn declared_shape(decl: &BlockDecl, count: u64) -> Option<&[u64]> {
+    decl.structural_shape.as_deref().filter(|_| count > 0)
 }
 
 /// A trajectory block of `count` rows with these columns, against the

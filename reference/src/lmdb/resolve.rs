@@ -541,31 +541,28 @@ impl<'s> Resolver<'s> {
             // Targets and shape are the declaration's (`block_rules` refused
             // a header that states others), whatever the header restates.
             let declared = schema.blocks.get(name);
-            let targets = declared.map(|d| &d.targets).filter(|t| !t.is_empty());
-            let shape = declared
-                .and_then(|d| d.structural_shape.as_ref())
-                .filter(|_| block.count > 0);
+            let no_targets = BTreeMap::new();
+            let targets = declared.map_or(&no_targets, |d| &d.targets);
+            let shape = declared.and_then(|d| validate::declared_shape(d, block.count));
             state.references = block
                 .columns
                 .iter()
                 .enumerate()
-                .filter_map(
-                    |(i, column)| match targets.and_then(|t| t.get(&column.name)) {
-                        Some(t) => Some((i, t.clone())),
-                        None if is_endpoint(&column.name) => Some((i, "atoms".to_string())),
-                        None => None,
-                    },
-                )
+                .filter_map(|(i, column)| match targets.get(&column.name) {
+                    Some(t) => Some((i, t.clone())),
+                    None if is_endpoint(&column.name) => Some((i, "atoms".to_string())),
+                    None => None,
+                })
                 .collect();
             let unchanged = state.heads.last().is_some_and(|(_, last)| {
-                last.structural_shape.as_ref() == shape
-                    && targets.map_or(last.targets.is_empty(), |t| *t == last.targets)
+                last.structural_shape.as_deref() == shape
+                    && last.targets == *targets
                     && last.attributes == block.head.attributes
             });
             if !unchanged {
                 let head = BlockHead {
-                    structural_shape: shape.cloned(),
-                    targets: targets.cloned().unwrap_or_default(),
+                    structural_shape: shape.map(<[u64]>::to_vec),
+                    targets: targets.clone(),
                     attributes: block.head.attributes.clone(),
                 };
                 state.heads.push((u, head));
