@@ -12,7 +12,6 @@ use serde_json::{Map, Value};
 
 use crate::error::{refuse, Result};
 use crate::model::{Block, ColumnData, ForceField};
-use crate::validate::encode_style;
 use crate::DType;
 
 /// The endpoint columns, in the order a table carries a prefix of them.
@@ -471,4 +470,17 @@ fn check_table(table: &Block, style: &Style<'_>, class_keyed: bool, at: &str) ->
         }
     }
     Ok(())
+}
+
+/// Encodes a style name for a table's block name (`lj/cut` -> `lj%2Fcut`).
+pub fn encode_style(style: &str) -> String {
+    let mut out = String::with_capacity(style.len());
+    for b in style.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }

@@ -4,9 +4,7 @@
 
 #![warn(missing_docs)]
 
-pub mod allocator;
 pub mod arrays;
-pub mod bench;
 pub mod clause;
 pub mod dtype;
 pub mod error;
@@ -23,6 +21,11 @@ pub mod validate;
 pub use clause::Clause;
 pub use dtype::DType;
 pub use error::{Error, Result};
+
+/// The README's Rust examples, compiled and run by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeExamples;
 
 /// The version of this implementation.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

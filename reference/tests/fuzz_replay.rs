@@ -7,8 +7,10 @@
 //! agree) holds on every fixture, and no finding comes back.
 //!
 //! libFuzzer's C++ runtime needs a C++ compiler: without `c++` on the path
-//! the test says it is skipped and passes.
+//! the trial is reported as ignored, with that reason (a libtest-mimic
+//! driver, so that a skip shows as one).
 
+use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -22,21 +24,41 @@ const TARGETS: [(&str, &str, bool); 4] = [
     ("inspect_file", "open_and_read", true),
 ];
 
-#[test]
+fn main() {
+    let trial = Trial::ignorable_test(
+        "fuzz_targets_build_and_pass_their_seeds_and_regressions",
+        || -> Result<Completion, Failed> {
+            let has_cxx = Command::new("c++")
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if !has_cxx {
+                return Ok(Completion::ignored_with(
+                    "no C++ compiler (`c++`) for libFuzzer's runtime",
+                ));
+            }
+            fuzz_targets_build_and_pass_their_seeds_and_regressions();
+            Ok(Completion::Completed)
+        },
+    );
+    libtest_mimic::run(&Arguments::from_args(), vec![trial]).exit();
+}
+
+/// Builds the targets, makes their seeds, runs each over its seeds and
+/// regressions; panics (failing the trial) on the first thing wrong.
 fn fuzz_targets_build_and_pass_their_seeds_and_regressions() {
-    if !Command::new("c++")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        eprintln!("skipped: no C++ compiler (`c++`) for libFuzzer's runtime");
-        return;
-    }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let fuzz = root.join("fuzz");
+    // The workspace's target directory (wherever `CARGO_TARGET_DIR` put
+    // it; cargo's `CARGO_TARGET_TMPDIR` is its `tmp`): `fuzz/Cargo.toml`
+    // has the workspace's release profile and libc's features, so the
+    // targets' build reuses the dependencies already built there.
+    let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("CARGO_TARGET_TMPDIR is inside the target directory");
     // `--locked`: `fuzz/Cargo.lock` is committed, and a dependency added to
     // the reference must reach it too (`cargo update --manifest-path
-    // fuzz/Cargo.toml -p molrec-reference`), or it silently goes stale.
+    // fuzz/Cargo.toml -p molrec`), or it silently goes stale.
     cargo(
         &root,
         &[
@@ -45,6 +67,8 @@ fn fuzz_targets_build_and_pass_their_seeds_and_regressions() {
             "-q",
             "--locked",
             "--bins",
+            "--target-dir",
+            &target_dir.display().to_string(),
             "--manifest-path",
         ],
         &fuzz.join("Cargo.toml"),
@@ -58,7 +82,7 @@ fn fuzz_targets_build_and_pass_their_seeds_and_regressions() {
             "--release",
             "-q",
             "-p",
-            "molrec-reference",
+            "molrec",
             "--example",
             "fuzz_seeds",
             "--",
@@ -74,7 +98,13 @@ fn fuzz_targets_build_and_pass_their_seeds_and_regressions() {
             seeds.join(seed_dir).display()
         );
         inputs.extend(files(&fuzz.join("regressions").join(target)));
-        let mut run = Command::new(fuzz.join("target/release").join(target));
+        let binary = target_dir.join("release").join(target);
+        assert!(
+            binary.is_file(),
+            "{target}: cargo built no {}",
+            binary.display()
+        );
+        let mut run = Command::new(&binary);
         run.args(&inputs);
         if agree {
             run.env("MOLREC_FUZZ_AGREE", "1");

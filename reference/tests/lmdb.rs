@@ -920,8 +920,8 @@ fn dump_write_dump_is_byte_stable_for_every_fixture() {
                 let c = Reader::open(p).unwrap().read_collection().unwrap();
                 serde_json::to_string_pretty(&collection_to_json(&c)).unwrap()
             };
-            frames_reencode_identically(&first);
-            records_read_alike(&first);
+            common::frames_reencode_identically(&first);
+            common::records_read_alike(&first);
             let once = dump(&first);
             let second = scratch_file("lmdb-test", &format!("stable-{name}-2"));
             write_collection(
@@ -1122,120 +1122,6 @@ fn files_get_the_page_size_asked_for() {
         match write_json(&path, &collection, options) {
             Err(Error::Io(e)) => assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput),
             other => panic!("page size {page_size}: {other:?}"),
-        }
-    }
-}
-
-/// Every frame value of the file is what `frame_bytes::encode` writes for
-/// its decoded content, byte for byte: the writer's reuse of the last
-/// frame's `blocks` text never writes other bytes. Returns the frames seen.
-fn frames_reencode_identically(path: &Path) -> usize {
-    let mut options = EnvOpenOptions::new();
-    // SAFETY: valid flags for a read-only open; nothing writes the file now.
-    unsafe { options.flags(EnvFlags::NO_SUB_DIR | EnvFlags::READ_ONLY) };
-    // SAFETY: no other Env of this path is open in the process now.
-    let env = unsafe { options.open(path) }.unwrap();
-    let txn = env.read_txn().unwrap();
-    let db: Database<Bytes, Bytes> = env.open_database(&txn, None).unwrap().unwrap();
-    let mut frames = 0;
-    let mut again = Vec::new();
-    for item in db.iter(&txn).unwrap() {
-        let (key, value) = item.unwrap();
-        if key.len() != 9 || key[0] != b'f' {
-            continue;
-        }
-        let frame = molrec::frame_bytes::decode(value).unwrap();
-        let blocks = frame.to_blocks().unwrap();
-        molrec::frame_bytes::encode(&blocks, &frame.info, false, &mut again);
-        assert!(
-            again == value,
-            "{}: frame {key:?} is not what encode writes",
-            path.display()
-        );
-        frames += 1;
-    }
-    drop(txn);
-    env.prepare_for_closing().wait();
-    frames
-}
-
-/// The same over the benchmark's workload: long runs of frames with the
-/// same layout, records of every size one after the other.
-#[test]
-fn benchmark_frames_reencode_identically() {
-    let path = scratch_file("lmdb-test", "bench-reencode");
-    let n = 300;
-    let mut writer = Writer::create(
-        &path,
-        molrec::bench::workload_header(1, n),
-        WriterOptions {
-            overwrite: true,
-            ..WriterOptions::default()
-        },
-    )
-    .unwrap();
-    for r in 0..n {
-        writer.append(molrec::bench::workload_record(1, r)).unwrap();
-    }
-    let written = writer.frames();
-    writer.finish(Default::default()).unwrap();
-    assert_eq!(frames_reencode_identically(&path) as u64, written);
-    // Records of one size share their first update's layout: most of
-    // them take it from the transaction's cache, and read alike.
-    records_read_alike(&path);
-    let reader = Reader::open(&path).unwrap();
-    let txn = reader.txn().unwrap();
-    for r in (0..n).rev() {
-        txn.record_arrays(r).unwrap();
-    }
-    assert!(
-        txn.layouts_reused() > n / 2,
-        "{} of {n} records took their layout from the cache",
-        txn.layouts_reused()
-    );
-}
-
-/// Every record of the file reads the same through `record` (column-wise,
-/// `record_arrays`) and `record_reference` (the model, then
-/// `prepare_record`), and the arrays' accessors hand back what the model
-/// holds at every frame. Debug text, not `==`: NaN is not equal to itself.
-fn records_read_alike(path: &Path) {
-    let reader = Reader::open(path).unwrap();
-    let txn = reader.txn().unwrap();
-    for r in 0..reader.n_records() {
-        let arrays = txn.record_arrays(r).unwrap();
-        let model = txn.record_reference(r).unwrap();
-        let fast = arrays.clone().into_record();
-        assert_eq!(
-            format!("{fast:?}"),
-            format!("{model:?}"),
-            "{} records[{r}]",
-            path.display()
-        );
-        let (Some(traj), Some(frames)) = (&arrays.trajectory, &model.trajectory) else {
-            continue;
-        };
-        assert_eq!(traj.len(), frames.frames.len());
-        for (k, step) in frames.frames.iter().enumerate() {
-            assert_eq!(traj.steps[k], step.step);
-            for (name, series) in &traj.blocks {
-                let block = step.blocks.get(name);
-                assert_eq!(series.update_at(k).map(|u| u.count), block.map(|b| b.count));
-                for (col, column) in &series.columns {
-                    let want = block.and_then(|b| match &b.columns[col].data {
-                        molrec::model::ColumnData::F64(v) => Some(v.as_slice()),
-                        _ => None,
-                    });
-                    if column.dtype() == molrec::DType::F64 {
-                        let got = series.f64_at(col, k);
-                        assert_eq!(
-                            format!("{got:?}"),
-                            format!("{want:?}"),
-                            "{name}.{col} at {k}"
-                        );
-                    }
-                }
-            }
         }
     }
 }

@@ -21,9 +21,9 @@
 //!
 //! Counts are printed on the real stderr (visible in CI output without
 //! `--nocapture`), kept in the assertion messages, and written to
-//! `target/mutation-summary.txt`. `MOLREC_MUTATION_SCALE=10` runs ten times as
+//! `mutation-summary.txt` in cargo's `CARGO_TARGET_TMPDIR` (`<target dir>/tmp`). `MOLREC_MUTATION_SCALE=10` runs ten times as
 //! many mutations; `MOLREC_MUTATION_SEED=n` picks another seed. A value or
-//! file that panics is saved under `target/mutation-failures/`.
+//! file that panics is saved under `<target dir>/tmp/mutation-failures/`.
 
 mod common;
 
@@ -78,12 +78,13 @@ fn workspace() -> PathBuf {
         .to_path_buf()
 }
 
-/// Replaces the line of `target/mutation-summary.txt` that starts with `tag`.
+/// Replaces the line of `<target dir>/tmp/mutation-summary.txt` that
+/// starts with `tag`.
 fn write_summary(tag: &str, line: &str) {
     static LOCK: Mutex<()> = Mutex::new(());
     let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = workspace().join("target");
-    let _ = std::fs::create_dir_all(&dir);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let _ = std::fs::create_dir_all(dir);
     let path = dir.join("mutation-summary.txt");
     let old = std::fs::read_to_string(&path).unwrap_or_default();
     let mut lines: Vec<String> = old
@@ -97,7 +98,7 @@ fn write_summary(tag: &str, line: &str) {
 }
 
 fn save_failure(name: &str, bytes: &[u8]) -> PathBuf {
-    let dir = workspace().join("target").join("mutation-failures");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mutation-failures");
     let _ = std::fs::create_dir_all(&dir);
     let path = dir.join(name);
     let _ = std::fs::write(&path, bytes);

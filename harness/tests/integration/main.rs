@@ -5,8 +5,9 @@
 //!   cases covering that rule, and pass the rest.
 //! - `corrupt`: `harness inspect` on files with damaged LMDB pages ends in
 //!   findings, never a signal or a hang.
-//! - `cli`: the command line writes the four reports; expectations are checked;
-//!   the Python template adapter is reported as read-only.
+//! - `cli`: the command line writes the four reports; expectations are checked.
+//!   (The Python template adapter's run is `tests/python_adapter.rs`, a
+//!   driver that reports it ignored where `python3` lacks what it needs.)
 //! - `subprocess`: the reference as a subprocess gives the same verdicts as
 //!   in process.
 //! - `snapshots`: the reference's Markdown report and refusal messages.

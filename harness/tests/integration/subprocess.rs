@@ -12,7 +12,7 @@ use std::time::Duration;
 pub fn mrec_binary() -> PathBuf {
     let release = !cfg!(debug_assertions);
     let mut cargo = Command::new(env!("CARGO"));
-    cargo.args(["build", "-q", "-p", "molrec-reference", "--bin", "mrec"]);
+    cargo.args(["build", "-q", "-p", "mrec-cli", "--bin", "mrec"]);
     if release {
         cargo.arg("--release");
     }

@@ -1,6 +1,7 @@
 //! The LMDB binding (spec text 000, DIGEST §§1-4): one file, one unnamed
 //! database, keys `meta`, `index`, `ff`, `r`/`s`/`f` + u64 big-endian.
 
+mod layout;
 mod pages;
 mod reader;
 mod resolve;
@@ -60,7 +61,8 @@ pub fn frame_key(j: u64) -> [u8; 9] {
     numbered_key(b'f', j)
 }
 
-pub(crate) type Db = Database<Bytes, Bytes>;
+/// The binding's one database: byte keys to byte values.
+pub type Db = Database<Bytes, Bytes>;
 
 pub(crate) fn lmdb_error(e: heed::Error) -> Error {
     match e {
@@ -82,8 +84,8 @@ pub(crate) fn lock_path(path: &Path) -> PathBuf {
 }
 
 /// Deletes a `NO_SUB_DIR` environment's file and its lock file, where
-/// they exist.
-pub(crate) fn remove_with_lock_file(path: &Path) {
+/// they exist (errors are ignored: what is left is what could not go).
+pub fn remove_with_lock_file(path: &Path) {
     let _ = std::fs::remove_file(path);
     let _ = std::fs::remove_file(lock_path(path));
 }
@@ -104,9 +106,10 @@ fn file_system_of(path: &Path) -> Option<libc::statvfs> {
     Some(stat)
 }
 
-/// The bytes an unprivileged process may still write on `dir`'s file system.
+/// The bytes an unprivileged process may still write on `dir`'s file
+/// system (`statvfs`), or `None` where that is not known (other systems).
 #[cfg(target_os = "linux")]
-pub(crate) fn free_bytes(dir: &Path) -> Option<u64> {
+pub fn free_bytes(dir: &Path) -> Option<u64> {
     let stat = file_system_of(dir)?;
     // The two fields are 32-bit on some targets.
     #[allow(clippy::useless_conversion)]
@@ -114,8 +117,10 @@ pub(crate) fn free_bytes(dir: &Path) -> Option<u64> {
     Some(blocks.saturating_mul(block_size))
 }
 
+/// The bytes an unprivileged process may still write on `dir`'s file
+/// system: not known on this system.
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn free_bytes(_dir: &Path) -> Option<u64> {
+pub fn free_bytes(_dir: &Path) -> Option<u64> {
     None
 }
 

@@ -23,19 +23,18 @@
 //! against the declaration have the same outcome, and their rows are copied
 //! straight from the payload at the offsets the last full update had.
 
-use super::reader::{update_step, Walked};
+use super::layout::{layout_of, Layout, LayoutBlock, LayoutColumn, LayoutData};
+use super::reader::walk::{update_step, Walked};
 use crate::arrays::{
     BlockHead, BlockSeries, BlockUpdate, ColumnSeries, StepSeries, TrajectoryArrays,
 };
 use crate::clause::Clause;
-use crate::dtype::DType;
 use crate::error::{refuse, Error, Result};
-use crate::frame_bytes::{decode, extend_buffer, BlockRef, ColumnBytes};
+use crate::frame_bytes::{decode, extend_buffer};
 use crate::model::*;
 use crate::typed_json::MetaTag;
 use crate::validate::{self, is_endpoint};
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::hash::BuildHasher;
+use std::collections::BTreeMap;
 use std::rc::Rc;
 
 /// Frames reserved ahead for the per-frame arrays, and elements for each
@@ -91,158 +90,6 @@ struct BlockState {
     current: Option<u32>,
     /// Row-reference columns of the update in effect: column index, target.
     references: Vec<(usize, String)>,
-}
-
-/// What the resolver keeps of a full update's blocks: everything but the
-/// payload, whose bytes it reads at the offsets given. The same `blocks`
-/// text (and payload length) makes the same layout, so one layout serves
-/// every update that repeats the text, in this record and (through the
-/// transaction's [`LayoutCache`]) in later records.
-#[derive(Debug)]
-pub(super) struct Layout {
-    blocks: Vec<LayoutBlock>,
-}
-
-#[derive(Debug)]
-struct LayoutBlock {
-    name: String,
-    count: u64,
-    head: BlockHead,
-    columns: Vec<LayoutColumn>,
-}
-
-#[derive(Debug)]
-struct LayoutColumn {
-    name: String,
-    dtype: DType,
-    /// The shape after the leading axis (the count).
-    trailing: Vec<u64>,
-    precision: Option<f64>,
-    data: LayoutData,
-    /// Offset and length of the mask in the payload.
-    mask: Option<(usize, usize)>,
-}
-
-#[derive(Debug)]
-enum LayoutData {
-    /// Offset and length of the buffer in the payload.
-    Buffer(usize, usize),
-    /// A string column's values (from the header).
-    Strings(Vec<String>),
-}
-
-impl Layout {
-    /// The layout of decoded `blocks` whose buffers lie in `payload`;
-    /// `None` if one does not (not expected: the decoder takes them from
-    /// it).
-    pub(super) fn of(blocks: BTreeMap<String, BlockRef<'_>>, payload: &[u8]) -> Option<Layout> {
-        let at = |bytes: &[u8]| -> Option<(usize, usize)> {
-            let offset = (bytes.as_ptr() as usize).checked_sub(payload.as_ptr() as usize)?;
-            (offset.checked_add(bytes.len())? <= payload.len()).then_some((offset, bytes.len()))
-        };
-        let mut out = Vec::with_capacity(blocks.len());
-        for (name, block) in blocks {
-            let mut columns = Vec::with_capacity(block.columns.len());
-            for (col, column) in block.columns {
-                let mut shape = column.shape;
-                shape.remove(0);
-                columns.push(LayoutColumn {
-                    name: col,
-                    dtype: column.dtype,
-                    trailing: shape,
-                    precision: column.precision,
-                    data: match column.data {
-                        ColumnBytes::Buffer(bytes) => {
-                            let (o, len) = at(bytes)?;
-                            LayoutData::Buffer(o, len)
-                        }
-                        ColumnBytes::Strings(values) => LayoutData::Strings(values),
-                    },
-                    mask: match column.validity {
-                        Some(mask) => Some(at(mask)?),
-                        None => None,
-                    },
-                });
-            }
-            out.push(LayoutBlock {
-                name,
-                count: block.count,
-                head: BlockHead {
-                    structural_shape: block.structural_shape,
-                    targets: block.targets,
-                    attributes: block.attributes,
-                },
-                columns,
-            });
-        }
-        Some(Layout { blocks: out })
-    }
-}
-
-/// Layouts of the full updates a read transaction met, by `blocks` text
-/// and payload length: the first update of a record usually has an earlier
-/// record's text (the same blocks, columns and row counts). A text is kept
-/// the second time it is met, so a file whose every record is laid out
-/// differently costs only the check; at most [`LayoutCache::CAPACITY`]
-/// are kept (all forgotten when it is full).
-#[derive(Debug, Default)]
-pub(super) struct LayoutCache {
-    /// By text, then by payload length. foldhash, not the standard
-    /// library's SipHash: a text of a few hundred bytes is hashed once per
-    /// record, and SipHash took about 1,150 instructions for 330 bytes,
-    /// foldhash about 200. The texts come from the file, so a hostile one
-    /// could make them collide; `CAPACITY` bounds what that costs.
-    layouts: HashMap<Box<[u8]>, Vec<SizedLayout>, TextHasher>,
-    kept: usize,
-    /// The hashes of the (payload length, text) pairs met once.
-    seen: HashSet<u64, TextHasher>,
-    /// How many updates found their layout here.
-    pub(super) hits: u64,
-}
-
-/// A layout and the payload length it was made for.
-type SizedLayout = (usize, Rc<Layout>);
-
-/// The hasher of [`LayoutCache`]'s texts (seeded per process).
-type TextHasher = foldhash::fast::RandomState;
-
-impl LayoutCache {
-    const CAPACITY: usize = 1024;
-
-    /// The layout kept for this text and payload length.
-    pub(super) fn get(&mut self, text: &[u8], payload_len: usize) -> Option<Rc<Layout>> {
-        if self.kept == 0 {
-            return None;
-        }
-        let kept = self.layouts.get(text)?;
-        let layout = kept
-            .iter()
-            .find(|(len, _)| *len == payload_len)
-            .map(|(_, layout)| Rc::clone(layout))?;
-        self.hits += 1;
-        Some(layout)
-    }
-
-    /// Offers the layout of a full update with this text (the memo's: the
-    /// update reads no payload bytes) for later updates.
-    pub(super) fn offer(&mut self, text: &[u8], payload_len: usize, layout: &Rc<Layout>) {
-        if self
-            .seen
-            .insert(self.layouts.hasher().hash_one((payload_len, text)))
-        {
-            return;
-        }
-        if self.kept >= Self::CAPACITY {
-            self.layouts.clear();
-            self.seen.clear();
-            self.kept = 0;
-        }
-        let kept = self.layouts.entry(Box::from(text)).or_default();
-        if kept.iter().all(|(len, _)| *len != payload_len) {
-            kept.push((payload_len, Rc::clone(layout)));
-            self.kept += 1;
-        }
-    }
 }
 
 impl<'s> Resolver<'s> {
@@ -772,18 +619,6 @@ impl BlockState {
 
 fn product(shape: &[u64]) -> u64 {
     shape.iter().fold(1u64, |a, &b| a.saturating_mul(b))
-}
-
-/// [`Layout::of`], refused (not expected) when a buffer lies outside the
-/// payload.
-fn layout_of(blocks: BTreeMap<String, BlockRef<'_>>, payload: &[u8]) -> Result<Layout> {
-    Layout::of(blocks, payload).ok_or_else(|| {
-        Error::refused(
-            Clause::FrameBufferBounds,
-            "",
-            "a buffer lies outside the payload",
-        )
-    })
 }
 
 /// Appends `column`'s values for an update of `count` rows (update `u` of

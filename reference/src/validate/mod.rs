@@ -666,18 +666,8 @@ pub fn prepare_forcefield(ff: &mut ForceField) -> Result<()> {
     Ok(())
 }
 
-/// Encodes a style name for a table's block name (`lj/cut` -> `lj%2Fcut`).
-pub fn encode_style(style: &str) -> String {
-    let mut out = String::with_capacity(style.len());
-    for b in style.bytes() {
-        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+/// Kept here too: the force field's own rules live in [`crate::forcefield`].
+pub use crate::forcefield::encode_style;
 
 mod declaration;
 mod trajectory;

@@ -1,8 +1,13 @@
-//! What several of the reference's test binaries share: deterministic
-//! randomness and a small generated collection. Each binary uses a part.
+//! What several test binaries share (the library's, and through
+//! `cli/tests/common` the command line's): deterministic randomness, a
+//! small generated collection, checks of a written file. Each uses a part.
 #![allow(dead_code)]
 
+use heed::types::Bytes;
+use heed::{Database, EnvFlags, EnvOpenOptions};
+use molrec::lmdb::Reader;
 use serde_json::{json, Value};
+use std::path::Path;
 
 /// SplitMix64: deterministic for a seed, no dependency.
 pub struct Rng(pub u64);
@@ -179,10 +184,117 @@ pub fn assert_second_writer_refused(path: &std::path::Path, header: molrec::mode
     }
 }
 
+/// Writes `value` as a JSON file (a model for `mrec write`, an expectation).
+pub fn write_json_file(path: &std::path::Path, value: &Value) {
+    std::fs::write(path, serde_json::to_vec(value).unwrap()).unwrap();
+}
+
+/// Every frame value of the file is what `frame_bytes::encode` writes for
+/// its decoded content, byte for byte: the writer's reuse of the last
+/// frame's `blocks` text never writes other bytes. Returns the frames seen.
+pub fn frames_reencode_identically(path: &Path) -> usize {
+    let mut options = EnvOpenOptions::new();
+    // SAFETY: valid flags for a read-only open; nothing writes the file now.
+    unsafe { options.flags(EnvFlags::NO_SUB_DIR | EnvFlags::READ_ONLY) };
+    // SAFETY: no other Env of this path is open in the process now.
+    let env = unsafe { options.open(path) }.unwrap();
+    let txn = env.read_txn().unwrap();
+    let db: Database<Bytes, Bytes> = env.open_database(&txn, None).unwrap().unwrap();
+    let mut frames = 0;
+    let mut again = Vec::new();
+    for item in db.iter(&txn).unwrap() {
+        let (key, value) = item.unwrap();
+        if key.len() != 9 || key[0] != b'f' {
+            continue;
+        }
+        let frame = molrec::frame_bytes::decode(value).unwrap();
+        let blocks = frame.to_blocks().unwrap();
+        molrec::frame_bytes::encode(&blocks, &frame.info, false, &mut again);
+        assert!(
+            again == value,
+            "{}: frame {key:?} is not what encode writes",
+            path.display()
+        );
+        frames += 1;
+    }
+    drop(txn);
+    env.prepare_for_closing().wait();
+    frames
+}
+
+/// Every record of the file reads the same through `record` (column-wise,
+/// `record_arrays`) and `record_reference` (the model, then
+/// `prepare_record`), and the arrays' accessors hand back what the model
+/// holds at every frame. Debug text, not `==`: NaN is not equal to itself.
+pub fn records_read_alike(path: &Path) {
+    let reader = Reader::open(path).unwrap();
+    let txn = reader.txn().unwrap();
+    for r in 0..reader.n_records() {
+        let arrays = txn.record_arrays(r).unwrap();
+        let model = txn.record_reference(r).unwrap();
+        let fast = arrays.clone().into_record();
+        assert_eq!(
+            format!("{fast:?}"),
+            format!("{model:?}"),
+            "{} records[{r}]",
+            path.display()
+        );
+        let (Some(traj), Some(frames)) = (&arrays.trajectory, &model.trajectory) else {
+            continue;
+        };
+        assert_eq!(traj.len(), frames.frames.len());
+        for (k, step) in frames.frames.iter().enumerate() {
+            assert_eq!(traj.steps[k], step.step);
+            for (name, series) in &traj.blocks {
+                let block = step.blocks.get(name);
+                assert_eq!(series.update_at(k).map(|u| u.count), block.map(|b| b.count));
+                for (col, column) in &series.columns {
+                    let want = block.and_then(|b| match &b.columns[col].data {
+                        molrec::model::ColumnData::F64(v) => Some(v.as_slice()),
+                        _ => None,
+                    });
+                    if column.dtype() == molrec::DType::F64 {
+                        let got = series.f64_at(col, k);
+                        assert_eq!(
+                            format!("{got:?}"),
+                            format!("{want:?}"),
+                            "{name}.{col} at {k}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The `mrec` binary: in the command line's own tests the one cargo built
+/// for them; in the library's, built on first use by the cargo running the
+/// tests, in the same profile and target directory (a no-op after `cargo
+/// test --workspace`, which has built it already).
+pub fn mrec_binary() -> &'static Path {
+    static BINARY: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BINARY.get_or_init(|| {
+        if let Some(built) = option_env!("CARGO_BIN_EXE_mrec") {
+            return built.into();
+        }
+        let mut cargo = std::process::Command::new(env!("CARGO"));
+        cargo.args(["build", "-q", "-p", "mrec-cli", "--bin", "mrec"]);
+        if !cfg!(debug_assertions) {
+            cargo.arg("--release");
+        }
+        let status = cargo.status().expect("cargo runs");
+        assert!(status.success(), "building mrec failed");
+        // <target>/<profile>/deps/<this test> -> <target>/<profile>/mrec
+        let exe = std::env::current_exe().expect("the test's path");
+        let profile = exe.parent().and_then(Path::parent).expect("target dir");
+        profile.join(format!("mrec{}", std::env::consts::EXE_SUFFIX))
+    })
+}
+
 /// Runs the `mrec` binary with `args` (and an empty stdin): its exit code
 /// (`None` when a signal ended it), stdout and stderr.
 pub fn mrec<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> (Option<i32>, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mrec"))
+    let out = std::process::Command::new(mrec_binary())
         .args(args)
         .stdin(std::process::Stdio::null())
         .output()
@@ -192,9 +304,4 @@ pub fn mrec<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> (Option<i32>, String, Stri
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-/// Writes `value` as a JSON file (a model for `mrec write`, an expectation).
-pub fn write_json_file(path: &std::path::Path, value: &Value) {
-    std::fs::write(path, serde_json::to_vec(value).unwrap()).unwrap();
 }

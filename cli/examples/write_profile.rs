@@ -15,10 +15,10 @@
 
 /// The allocator `mrec` runs with, so the profile is of what `mrec bench` measures.
 #[global_allocator]
-static ALLOCATOR: molrec::allocator::Mimalloc = molrec::allocator::Mimalloc;
+static ALLOCATOR: mrec_cli::allocator::Mimalloc = mrec_cli::allocator::Mimalloc;
 
-use molrec::bench::{workload_header, workload_record};
 use molrec::lmdb::{Writer, WriterOptions};
+use mrec_cli::bench::{workload_header, workload_record};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -71,7 +71,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let appended = clock.secs;
     clock.time(|| writer.finish(BTreeMap::new()))?;
     let Clock { secs, cpu, faults } = clock;
-    let peak = molrec::bench::peak_resident_bytes();
+    let peak = mrec_cli::bench::peak_resident_bytes();
     let size = std::fs::metadata(&path)?.len();
     println!(
         "{n} records, {frames} frames: append {appended:.3} s, total {secs:.3} s \

@@ -18,6 +18,7 @@ use common::{
     assert_second_writer_refused, collection_json, lock_path, report, scratch_dir, write_json_file,
     Rng,
 };
+use libtest_mimic::{Arguments, Completion, Trial};
 use molrec::lmdb::{partial_path, write_collection, Reader, Writer, WriterOptions, MAX_READERS};
 use molrec::model_json::{collection_from_json, collection_to_json, record_to_json};
 use molrec::{Clause, Error};
@@ -28,6 +29,67 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 const MREC: &str = env!("CARGO_BIN_EXE_mrec");
+
+/// A libtest-mimic driver: the two read-only-media trials need a mount
+/// namespace or `chattr +i`, and where the machine allows neither they
+/// are reported as ignored, with why. `read_only_inner` is the one trial
+/// of this binary started again inside the read-only trial's namespace.
+fn main() {
+    let mut trials: Vec<Trial> = vec![
+        Trial::test(
+            "sixty_four_reader_threads_share_one_reader_while_another_process_writes",
+            || {
+                sixty_four_reader_threads_share_one_reader_while_another_process_writes();
+                Ok(())
+            },
+        ),
+        Trial::test(
+            "a_second_writer_is_refused_in_process_and_across_processes",
+            || {
+                a_second_writer_is_refused_in_process_and_across_processes();
+                Ok(())
+            },
+        ),
+        Trial::test(
+            "a_file_opened_while_its_writer_commits_is_uncommitted_never_truncated",
+            || {
+                a_file_opened_while_its_writer_commits_is_uncommitted_never_truncated();
+                Ok(())
+            },
+        ),
+        Trial::ignorable_test(
+            "a_file_on_read_only_media_is_read_without_a_lock_file",
+            || {
+                Ok(completion(
+                    a_file_on_read_only_media_is_read_without_a_lock_file(),
+                ))
+            },
+        ),
+        Trial::ignorable_test(
+            "a_file_in_an_immutable_directory_is_read_through_the_no_lock_fallback",
+            || {
+                Ok(completion(
+                    a_file_in_an_immutable_directory_is_read_through_the_no_lock_fallback(),
+                ))
+            },
+        ),
+    ];
+    // Started again inside the read-only trial's namespace: only the
+    // inner trial, which is not listed otherwise.
+    if let Ok(spec) = std::env::var(INNER) {
+        trials = vec![Trial::test("read_only_inner", move || {
+            read_only_inner(spec);
+            Ok(())
+        })];
+    }
+    let args = Arguments::from_args();
+    libtest_mimic::run(&args, trials).exit();
+}
+
+/// A trial that returns why it could not run: ignored with that reason.
+fn completion(skipped: Option<String>) -> Completion {
+    skipped.map_or(Completion::Completed, Completion::ignored_with)
+}
 
 fn spawn_write(model: &Path, out: &Path, extra: &[&str]) -> Child {
     Command::new(MREC)
@@ -68,7 +130,6 @@ fn open_during_write(path: &Path, partial: bool) -> Result<Opened, String> {
     }
 }
 
-#[test]
 fn sixty_four_reader_threads_share_one_reader_while_another_process_writes() {
     let dir = scratch_dir("concurrency-readers");
     // The file the threads read.
@@ -204,7 +265,6 @@ fn sixty_four_reader_threads_share_one_reader_while_another_process_writes() {
     assert!(poll_complete > 0, "{summary}");
 }
 
-#[test]
 fn a_second_writer_is_refused_in_process_and_across_processes() {
     let dir = scratch_dir("concurrency-writers");
     let small = collection_json(2, 2, 0.0);
@@ -317,14 +377,11 @@ fn run(cmd: &mut Command) -> Result<(), String> {
     }
 }
 
-/// Runs inside a private mount namespace (see the outer test): makes the
+/// Runs inside a private mount namespace (see the outer test; `spec` is
+/// its `INNER` variable): makes the
 /// directory read-only by a bind mount, shows the lock file cannot be
 /// created, and reads the collection (in process, and with `mrec`).
-#[test]
-fn read_only_inner() {
-    let Ok(spec) = std::env::var(INNER) else {
-        return; // only meaningful in the child process
-    };
+fn read_only_inner(spec: String) {
     let (src, mount, expected_path) = {
         let parts: Vec<&str> = spec.split('\n').collect();
         (
@@ -435,11 +492,7 @@ fn collection_on_medium(medium: &Path) -> (PathBuf, Value) {
 /// file. Uses a read-only bind mount inside a private mount namespace
 /// (`unshare -m`, needs CAP_SYS_ADMIN); falls back to a user namespace
 /// (`unshare -rm`); skips with a printed reason when neither is allowed.
-#[test]
-fn a_file_on_read_only_media_is_read_without_a_lock_file() {
-    if std::env::var(INNER).is_ok() {
-        return;
-    }
+fn a_file_on_read_only_media_is_read_without_a_lock_file() -> Option<String> {
     let dir = scratch_dir("readonly");
     let src = dir.join("medium");
     let mount = dir.join("mnt");
@@ -491,7 +544,7 @@ fn a_file_on_read_only_media_is_read_without_a_lock_file() {
                         flags.join(" ")
                     ));
                     let _ = std::fs::remove_dir_all(&dir);
-                    return;
+                    return None;
                 }
                 if !setup_failed {
                     let _ = std::fs::remove_dir_all(&dir);
@@ -506,10 +559,9 @@ fn a_file_on_read_only_media_is_read_without_a_lock_file() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
-    report(&format!(
-        "readonly: SKIPPED: this machine allows no read-only mount for an unprivileged test \
-         ({attempts:?})"
-    ));
+    Some(format!(
+        "this machine allows no read-only mount for this test ({attempts:?})"
+    ))
 }
 
 /// Clears the immutable attribute again, whatever happens to the test.
@@ -525,20 +577,13 @@ impl Drop for Mutable {
 /// (`chattr +i`: even root gets EPERM), so LMDB cannot create its lock file
 /// and `open_read_env` retries without it. Skips with a printed reason when
 /// the file system or the capabilities do not allow the attribute.
-#[test]
-fn a_file_in_an_immutable_directory_is_read_through_the_no_lock_fallback() {
-    if std::env::var(INNER).is_ok() {
-        return;
-    }
+fn a_file_in_an_immutable_directory_is_read_through_the_no_lock_fallback() -> Option<String> {
     let dir = scratch_dir("immutable");
     let medium = dir.join("medium");
     let (file, expected) = collection_on_medium(&medium);
     if let Err(e) = run(Command::new("chattr").arg("+i").arg(&medium)) {
-        report(&format!(
-            "readonly: immutable-directory variant SKIPPED: {e}"
-        ));
         let _ = std::fs::remove_dir_all(&dir);
-        return;
+        return Some(format!("`chattr +i` is not allowed here: {e}"));
     }
     let guard = Mutable(medium.clone());
     let probe = std::fs::File::create(medium.join("probe"));
@@ -569,6 +614,7 @@ fn a_file_in_an_immutable_directory_is_read_through_the_no_lock_fallback() {
     );
     assert!(lock_free, "the NO_LOCK fallback was not reported");
     assert!(validate.status.success());
+    None
 }
 
 /// A reader that opens a file while its writer commits batch after batch
@@ -576,7 +622,6 @@ fn a_file_in_an_immutable_directory_is_read_through_the_no_lock_fallback() {
 /// complete): never as a truncated copy, never as anything else; and at
 /// the path, nothing or the whole collection. Opens as often as it can for
 /// the whole write, the partial file three times in four.
-#[test]
 fn a_file_opened_while_its_writer_commits_is_uncommitted_never_truncated() {
     let dir = scratch_dir("concurrency-growing");
     let model = dir.join("big.json");

@@ -846,7 +846,7 @@ impl Figures {
             |m: &Mem| json!({"rss": m.rss, "hwm": m.hwm, "anon": m.anon, "file": m.file});
         let json = json!({
             "tool": "mrec bench",
-            "version": crate::VERSION,
+            "version": molrec::VERSION,
             "params": {
                 "records": self.n_records, "seed": self.opts.seed, "passes": self.opts.passes,
                 "warmup_passes": 1, "dir": self.dir.display().to_string(),

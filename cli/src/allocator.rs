@@ -19,7 +19,7 @@
 //!
 //! ```no_run
 //! #[global_allocator]
-//! static ALLOCATOR: molrec::allocator::Mimalloc = molrec::allocator::Mimalloc;
+//! static ALLOCATOR: mrec_cli::allocator::Mimalloc = mrec_cli::allocator::Mimalloc;
 //! ```
 
 use core::alloc::{GlobalAlloc, Layout};

@@ -246,7 +246,7 @@ pub(super) fn check_room(dir: &Path, files: &[&Path], records: u64) -> Result<()
         .filter_map(|f| std::fs::metadata(f).ok())
         .map(|m| m.len())
         .sum();
-    if let Some(free) = crate::lmdb::free_bytes(dir).map(|f| f.saturating_add(replaced)) {
+    if let Some(free) = molrec::lmdb::free_bytes(dir).map(|f| f.saturating_add(replaced)) {
         if needed > free {
             return Err(Error::io_at(
                 dir,

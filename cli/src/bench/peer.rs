@@ -253,6 +253,6 @@ pub(super) fn write_peer(
 
 /// Deletes an LMDB file, its lock file and those of a write in progress.
 pub(super) fn remove_lmdb(path: &Path) {
-    crate::lmdb::remove_with_lock_file(path);
-    crate::lmdb::remove_with_lock_file(&crate::lmdb::partial_path(path));
+    molrec::lmdb::remove_with_lock_file(path);
+    molrec::lmdb::remove_with_lock_file(&molrec::lmdb::partial_path(path));
 }

@@ -15,7 +15,7 @@
 
 /// The allocator `mrec` runs with, so the profile is of what `mrec bench` measures.
 #[global_allocator]
-static ALLOCATOR: molrec::allocator::Mimalloc = molrec::allocator::Mimalloc;
+static ALLOCATOR: mrec_cli::allocator::Mimalloc = mrec_cli::allocator::Mimalloc;
 
 use molrec::lmdb::{Reader, RecordTxn};
 use molrec::DType;
@@ -54,7 +54,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for pass in 0..passes {
         let start = Instant::now();
         let frames = match mode.as_str() {
-            "arrays2" => molrec::bench::two_thread_arrays_pass(&reader, &order)?,
+            "arrays2" => mrec_cli::bench::two_thread_arrays_pass(&reader, &order)?,
             _ => one_thread_pass(&reader, &txn, mode, &order, &mut scratch)?,
         };
         let secs = start.elapsed().as_secs_f64();

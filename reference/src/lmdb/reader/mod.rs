@@ -2,30 +2,34 @@
 //! read on demand, its frames resolved by carry-forward and checked against
 //! the declaration and the model rules.
 
-use super::resolve::{Layout, LayoutCache, Resolver};
+mod open;
+mod validator;
+pub(crate) mod walk;
+
+use super::layout::{Layout, LayoutCache};
+use super::resolve::Resolver;
 use super::{
-    frame_key, lmdb_error, open_read_env, parse_numbered_key, record_key, system_key, Db,
-    SharedEnv, FF_KEY, INDEX_KEY, LAYOUT, LAYOUT_VERSION, META_KEY,
+    frame_key, lmdb_error, open_read_env, record_key, system_key, Db, SharedEnv, FF_KEY, INDEX_KEY,
+    META_KEY,
 };
 use crate::arrays::RecordArrays;
 use crate::clause::Clause;
-use crate::error::{refuse, Error, Finding, Result};
+use crate::error::{refuse, Error, Result};
 use crate::frame_bytes::{
-    self, decode, decode_update, decode_update_known, plain_document, BlockRef, BlocksMemo,
-    FrameInfo, FrameRef, Known, Update,
+    decode, decode_update, decode_update_known, plain_document, BlockRef, BlocksMemo, FrameInfo,
+    FrameRef, Known, Update,
 };
 use crate::model::*;
-use crate::model_json;
-use crate::precision;
-use crate::typed_json;
 use crate::validate::{self, Rounding};
 use heed::{Env, RoTxn, WithoutTls};
+use open::{parse_index, parse_meta};
 use serde_json::Value;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::path::Path;
 use std::rc::Rc;
+use walk::{check_update_blocks, update_step, Walked};
 
 /// An open collection file.
 pub struct Reader {
@@ -136,9 +140,11 @@ impl Reader {
         &self.has_trajectory
     }
 
-    /// The environment and database, for the benchmark's raw baseline
-    /// (one environment per file and process).
-    pub(crate) fn raw(&self) -> (&Env<WithoutTls>, &Db) {
+    /// The LMDB environment and main database under this reader, for a
+    /// caller that reads raw values itself (`mrec bench`'s baseline). LMDB
+    /// allows one environment per file and process: use this one rather
+    /// than opening another.
+    pub fn raw(&self) -> (&Env<WithoutTls>, &Db) {
         (self.env.env(), &self.db)
     }
 
@@ -154,143 +160,6 @@ impl Reader {
     /// The collection's own index columns, as written.
     pub fn index_columns(&self) -> Result<BTreeMap<String, Column>> {
         self.txn()?.index_columns()
-    }
-
-    /// Everything an opened file can break, one refusal per failing part
-    /// rather than the first only: the pass over every key and value
-    /// ([`RecordTxn::check_every_value`]), the index's own columns, the
-    /// force field, then each record in order. Empty: the file conforms
-    /// (`open` has checked `meta` and the index). What `mrec validate` runs.
-    pub fn violations(&self) -> Vec<Error> {
-        let mut found = Vec::new();
-        let txn = match self.txn() {
-            Ok(txn) => txn,
-            Err(e) => return vec![e],
-        };
-        match txn.check_every_value() {
-            Ok(refusals) => found.extend(refusals),
-            Err(e) => found.push(e),
-        }
-        found.extend(txn.index_columns().err());
-        found.extend(txn.forcefield().err());
-        for r in 0..self.n_records() {
-            match txn.record_arrays(r) {
-                Ok(record) => found.extend(self.check_atom_count(r, &record).err()),
-                Err(e) => found.push(e),
-            }
-        }
-        found
-    }
-
-    /// The binding's `n_atoms` of record r against what the record holds
-    /// (DIGEST §3): the rows of the system's `atoms`, else of `atoms` at
-    /// the first frame that has it, else 0. Readers hand the index back as
-    /// written; only the validator recomputes it. (`has_trajectory` cannot
-    /// be checked against the record: the flag is what says whether a
-    /// record without frames has a trajectory, and one with frames but
-    /// without the flag is refused when it is read.)
-    fn check_atom_count(&self, r: u64, record: &RecordArrays) -> Result<()> {
-        let from_system = record
-            .system
-            .as_ref()
-            .and_then(|s| s.blocks.get("atoms"))
-            .map(|b| b.count);
-        let from_trajectory = || {
-            let atoms = record.trajectory.as_ref()?.blocks.get("atoms")?;
-            let first = atoms.updates.first()?;
-            Some(first.count)
-        };
-        let holds = from_system.or_else(from_trajectory).unwrap_or(0);
-        let written = self.atom_counts.get(r as usize).copied().unwrap_or(0);
-        if written != holds {
-            refuse!(
-                IndexAtomCount,
-                format!("index.records.columns.n_atoms[{r}]"),
-                "is {written}; record {r} has {holds} atoms"
-            );
-        }
-        Ok(())
-    }
-
-    /// What a validator reports beside [`Reader::violations`]: the
-    /// `should`s a file breaks that every reader accepts. Today one kind: f64
-    /// values off the grid of their column's declared precision (the
-    /// writer's defect; frame.md, "Declared precision"), one finding per
-    /// column of the index, of a system and of a trajectory block, with how
-    /// many values and the first. Parts that fail to read are left to
-    /// `violations`. What `mrec validate` prints after the violations.
-    pub fn findings(&self) -> Vec<Finding> {
-        let mut found = Vec::new();
-        let Ok(txn) = self.txn() else {
-            return found;
-        };
-        if let Ok(index) = txn.index_columns() {
-            for (name, col) in &index {
-                off_grid_column(col, &format!("index.{name}"), &mut found);
-            }
-        }
-        for r in 0..self.n_records() {
-            let Ok(record) = txn.record_arrays(r) else {
-                continue;
-            };
-            if let Some(system) = &record.system {
-                for (block, b) in &system.blocks {
-                    for (name, col) in &b.columns {
-                        let at = || format!("records[{r}].system.blocks.{block}.columns.{name}");
-                        if col.precision.is_some() {
-                            off_grid_column(col, &at(), &mut found);
-                        }
-                    }
-                }
-            }
-            let Some(traj) = &record.trajectory else {
-                continue;
-            };
-            for (block, series) in &traj.blocks {
-                let Some(decl) = self.schema.blocks.get(block) else {
-                    continue;
-                };
-                for (name, column) in &series.columns {
-                    let (Some(p), ColumnData::F64(values)) = (
-                        decl.columns.get(name).and_then(|c| c.precision),
-                        &column.data,
-                    ) else {
-                        continue;
-                    };
-                    let width = column.row_width();
-                    let mut off = 0usize;
-                    let mut first = None;
-                    for (u, update) in series.updates.iter().enumerate() {
-                        let range = column.elements(update);
-                        let Some(part) = values.get(range) else {
-                            continue;
-                        };
-                        if let Some((n, i)) =
-                            precision::off_grid(part, width, column.mask(u as u32), p)
-                        {
-                            off += n;
-                            first.get_or_insert((u, part[i]));
-                        }
-                    }
-                    if let Some((u, value)) = first {
-                        let frame = series
-                            .frame_updates
-                            .iter()
-                            .position(|f| *f == Some(u as u32))
-                            .unwrap_or(0);
-                        found.push(Finding {
-                            clause: Clause::PrecisionOffGrid,
-                            at: format!("records[{r}].trajectory.blocks.{block}.columns.{name}"),
-                            detail: format!(
-                                "{off} value(s) off the grid of precision {p} (quantum {}); the first in the update of frame {frame}: {value:?}",
-                                precision::quantum(p)
-                            ),
-                        });
-                    }
-                }
-            }
-        }
-        found
     }
 
     /// The force field, if the collection has one.
@@ -351,71 +220,6 @@ impl<'r> RecordTxn<'r> {
                 ),
             )),
         }
-    }
-
-    /// One pass over every key and value, for what the record reads never
-    /// look at (they address keys, so they do not scan for the rest): a
-    /// refusal of [`Clause::KeysScheme`] for keys outside the scheme
-    /// (DIGEST §1: not `meta`, `index`, `ff`, `r` or `s` and a u64
-    /// big-endian below `n_records`, or `f` and one below `n_frames`), and
-    /// one of [`Clause::FramePadding`] for frame values (`index`, `ff`, `s`,
-    /// `f`) whose padding after the header is not zero bytes, and one of
-    /// [`Clause::BoxUndefinedCell`] for an undefined cell stored with
-    /// vectors other than the identity or without its boundary. Each message
-    /// gives how many there are and the first few keys. What `mrec validate`
-    /// adds to the reads.
-    pub fn check_every_value(&self) -> Result<Vec<Error>> {
-        let (n_records, n_frames) = (self.reader.n_records(), self.reader.n_frames);
-        let mut stray = Tally::default();
-        let mut padding = Tally::default();
-        let mut cells = Tally::default();
-        for item in self.reader.db.iter(&self.txn).map_err(lmdb_error)? {
-            let (key, value) = item.map_err(lmdb_error)?;
-            let is_frame = match (key, parse_numbered_key(key)) {
-                (META_KEY, _) => false,
-                (INDEX_KEY | FF_KEY, _) => true,
-                (_, Some((prefix, n))) => {
-                    let (bound, name) = match prefix {
-                        b'f' => (n_frames, "n_frames"),
-                        _ => (n_records, "n_records"),
-                    };
-                    if n >= bound {
-                        stray.add(key, || format!("is not below {name} = {bound}"));
-                        continue;
-                    }
-                    prefix != b'r'
-                }
-                _ => {
-                    stray.add(key, || "is not a key of the scheme".to_string());
-                    continue;
-                }
-            };
-            if is_frame {
-                if let Some(bytes) = frame_bytes::nonzero_padding(value) {
-                    padding.add(key, || format!("bytes {bytes:?}"));
-                }
-                if let Some(why) = frame_bytes::undefined_cell_misstored(value) {
-                    cells.add(key, || why.to_string());
-                }
-            }
-        }
-        Ok([
-            stray.refusal(
-                Clause::KeysScheme,
-                "outside the scheme (meta, index, ff, r/s + record number, f + frame ordinal)",
-            ),
-            padding.refusal(
-                Clause::FramePadding,
-                "whose frame value pads its header with bytes that are not zero",
-            ),
-            cells.refusal(
-                Clause::BoxUndefinedCell,
-                "whose undefined cell is not stored as a writer must store it",
-            ),
-        ]
-        .into_iter()
-        .flatten()
-        .collect())
     }
 
     /// The collection's own index columns, as written.
@@ -863,81 +667,12 @@ fn prefetch_node_below(value: &[u8]) {
     prefetch(this_node.wrapping_sub(node_size), node_size);
 }
 
-/// One update of a record's walk ([`RecordTxn::walk_updates`]).
-pub(super) struct Walked<'t> {
-    /// The record.
-    pub r: u64,
-    /// The frame's index in the record.
-    pub k: u64,
-    /// The whole value.
-    pub value: &'t [u8],
-    /// Its payload (from the first 8-aligned byte after the header).
-    pub payload: &'t [u8],
-    /// The update's blocks, checked against the declaration; `None` when
-    /// its `blocks` text is the last full update's (the same blocks, their
-    /// buffers at the same offsets of this payload) or when `layout` has it.
-    pub blocks: Option<BTreeMap<String, BlockRef<'t>>>,
-    /// The update's layout, on the resolver's walk.
-    pub layout: Option<Rc<Layout>>,
-    /// Meta, step, time and cell, not checked against the declaration.
-    pub info: FrameInfo,
-}
-
-impl Walked<'_> {
-    /// `e` located at this frame of the record.
-    pub fn located(&self, e: Error) -> Error {
-        e.within(&format!(
-            "records[{}].trajectory.frames[{}]",
-            self.r, self.k
-        ))
-    }
-}
-
-/// Reports a system or index column whose values are off the grid of its
-/// own declared precision.
-fn off_grid_column(col: &Column, at: &str, found: &mut Vec<Finding>) {
-    let (Some(p), ColumnData::F64(values)) = (col.precision, &col.data) else {
-        return;
-    };
-    let width = col
-        .shape
-        .get(1..)
-        .unwrap_or_default()
-        .iter()
-        .product::<u64>() as usize;
-    if let Some((n, i)) = precision::off_grid(values, width, col.validity.as_deref(), p) {
-        found.push(Finding {
-            clause: Clause::PrecisionOffGrid,
-            at: at.to_string(),
-            detail: format!(
-                "{n} value(s) off the grid of precision {p} (quantum {}); the first, values[{i}]: {:?}",
-                precision::quantum(p),
-                values[i]
-            ),
-        });
-    }
-}
-
 /// `validate::prepare_system` on record r's system, values kept as
 /// stored, its path formatted only on the error path (readers check every
 /// record they read whole).
 fn prepare_system(r: u64, frame: &mut Frame) -> Result<()> {
     validate::prepare_system(frame, Rounding::Keep, "system")
         .map_err(|e| e.within(&format!("records[{r}]")))
-}
-
-/// Checks an update's per-step meta against the declaration and returns
-/// its step; error paths are relative to the frame.
-pub(super) fn update_step(info: &FrameInfo, schema: &SequenceSchema) -> Result<i64> {
-    check_update_meta(info, schema)?;
-    match info.step {
-        Some(step) => Ok(step),
-        None => Err(Error::refused(
-            Clause::FrameStep,
-            "step",
-            "a trajectory update carries no step",
-        )),
-    }
 }
 
 /// One resolved frame, borrowed from the read transaction.
@@ -952,272 +687,4 @@ pub struct ResolvedView<'a, 't> {
     pub blocks: &'a BTreeMap<String, BlockRef<'t>>,
     /// The cell in effect.
     pub cell: Option<&'a Cell>,
-}
-
-/// Checks one update's blocks against the declaration; error paths are
-/// relative to the frame.
-fn check_update_blocks(frame: &FrameRef<'_>, schema: &SequenceSchema) -> Result<()> {
-    for (name, block) in &frame.blocks {
-        let Some(decl) = schema.blocks.get(name.as_str()) else {
-            refuse!(
-                FrameUndeclaredBlock,
-                format!("blocks.{name}"),
-                "block `{name}` is not declared in sequence_schema"
-            );
-        };
-        for (col, column) in &block.columns {
-            let declared = decl.columns.get(col.as_str());
-            let fits = declared.is_some_and(|cd| {
-                cd.dtype == column.dtype
-                    && column.shape.get(1..).unwrap_or_default() == cd.trailing.as_slice()
-            });
-            if !fits {
-                refuse!(
-                    FrameUndeclaredBlock,
-                    format!("blocks.{name}.columns.{col}"),
-                    "{} {:?} is not a declared column of `{name}` (declared: {:?})",
-                    column.dtype,
-                    column.shape,
-                    declared.map(|cd| (cd.dtype.name(), &cd.trailing))
-                );
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Checks one update's per-step meta against the declaration.
-fn check_update_meta(info: &FrameInfo, schema: &SequenceSchema) -> Result<()> {
-    // The common case: exactly the declared keys (both maps are sorted).
-    if info.meta.len() == schema.meta.len()
-        && info
-            .meta
-            .keys()
-            .zip(schema.meta.keys())
-            .all(|(a, b)| a == b)
-    {
-        for ((key, v), decl) in info.meta.iter().zip(schema.meta.values()) {
-            typed_json::check(decl.tag, v)
-                .map_err(|e| Error::refused(Clause::TypedValue, format!("meta.{key}"), e))?;
-        }
-        return Ok(());
-    }
-    if let Some(key) = info.meta.keys().find(|k| !schema.meta.contains_key(*k)) {
-        refuse!(
-            FrameUndeclaredMeta,
-            format!("meta.{key}"),
-            "per-step key `{key}` is not declared"
-        );
-    }
-    for (key, decl) in &schema.meta {
-        match info.meta.get(key) {
-            None => refuse!(
-                StepMetaRequired,
-                format!("meta.{key}"),
-                "declared per-step key `{key}` is missing"
-            ),
-            Some(v) => typed_json::check(decl.tag, v)
-                .map_err(|e| Error::refused(Clause::TypedValue, format!("meta.{key}"), e))?,
-        }
-    }
-    Ok(())
-}
-
-type ParsedMeta = (Document, SequenceSchema, u64, u64);
-
-fn parse_meta(bytes: &[u8]) -> Result<ParsedMeta> {
-    let Ok(Value::Object(meta)) = serde_json::from_slice::<Value>(bytes) else {
-        refuse!(MetaWellFormed, "meta", "`meta` is not a JSON object");
-    };
-    match meta.get("layout") {
-        Some(Value::String(s)) if s == LAYOUT => {}
-        other => refuse!(
-            Layout,
-            "meta.layout",
-            "expected \"{LAYOUT}\", got {}",
-            other.map_or("nothing".into(), typed_json::brief)
-        ),
-    }
-    match meta.get("layout_version") {
-        Some(v) if v.as_i64() == Some(LAYOUT_VERSION) && v.is_i64() => {}
-        Some(v) => refuse!(
-            LayoutVersion,
-            "meta.layout_version",
-            "must be the integer 1, got {v}"
-        ),
-        None => refuse!(
-            LayoutVersion,
-            "meta.layout_version",
-            "`layout_version` is required"
-        ),
-    }
-    let Some(Value::Object(collection)) = meta.get("collection") else {
-        refuse!(
-            MetaWellFormed,
-            "meta.collection",
-            "`collection` must be an object"
-        );
-    };
-    if let Some(v) = collection.get("molrec_version") {
-        validate::check_version(v, "meta.collection.molrec_version", Clause::MolrecVersion)?;
-    }
-    // Check units without stamping anything into what is handed back.
-    let mut checked = collection.clone();
-    validate::prepare_collection_meta(&mut checked).map_err(|e| e.within("meta.collection"))?;
-    let schema_json = meta
-        .get("sequence_schema")
-        .ok_or_else(|| Error::refused(Clause::MetaWellFormed, "meta.sequence_schema", "missing"))?;
-    let schema =
-        model_json::schema_from_json(schema_json, "meta.sequence_schema").map_err(|e| match e {
-            Error::Refused {
-                clause: Clause::ModelJson,
-                at,
-                detail,
-            } => Error::Refused {
-                clause: Clause::MetaWellFormed,
-                at,
-                detail,
-            },
-            other => other,
-        })?;
-    validate::check_schema(&schema, "meta.sequence_schema")?;
-    let count = |key: &str| {
-        meta.get(key).and_then(Value::as_u64).ok_or_else(|| {
-            Error::refused(
-                Clause::MetaWellFormed,
-                format!("meta.{key}"),
-                "must be an unsigned integer",
-            )
-        })
-    };
-    Ok((
-        collection.clone(),
-        schema,
-        count("n_records")?,
-        count("n_frames")?,
-    ))
-}
-
-type ParsedIndex = (Vec<u64>, Vec<u64>, Vec<u64>, Vec<bool>);
-
-fn parse_index(value: &[u8], n_records: u64, n_frames: u64) -> Result<ParsedIndex> {
-    let frame = decode(value).map_err(|e| e.within("index"))?;
-    let Some(block) = frame.blocks.get("records") else {
-        refuse!(IndexColumns, "index", "no block `records`");
-    };
-    if block.count != n_records {
-        refuse!(
-            IndexCount,
-            "index.records",
-            "{} rows, meta.n_records is {n_records}",
-            block.count
-        );
-    }
-    let u64s = |name: &str| -> Result<Vec<u64>> {
-        let at = format!("index.records.columns.{name}");
-        let col = block
-            .columns
-            .get(name)
-            .ok_or_else(|| Error::refused(Clause::IndexColumns, &at, "missing"))?;
-        match col.to_column().map_err(|e| e.within(&at))? {
-            Column {
-                data: ColumnData::U64(v),
-                shape,
-                ..
-            } if shape.len() == 1 => Ok(v),
-            c => Err(Error::refused(
-                Clause::IndexColumns,
-                at,
-                format!("must be u64 of one axis, got {} {:?}", c.dtype(), c.shape),
-            )),
-        }
-    };
-    let first = u64s("first_frame")?;
-    let counts = u64s("n_frames")?;
-    let atoms = u64s("n_atoms")?;
-    let at = "index.records.columns.has_trajectory";
-    let flags = match block.columns.get("has_trajectory").map(|c| c.to_column()) {
-        Some(Ok(Column {
-            data: ColumnData::Bool(v),
-            ..
-        })) => v,
-        Some(Err(e)) => return Err(e.within(at)),
-        _ => refuse!(IndexColumns, at, "missing or not bool"),
-    };
-    let mut sum = 0u64;
-    for (r, (&f, &n)) in first.iter().zip(&counts).enumerate() {
-        if f != sum {
-            refuse!(
-                IndexPrefixSum,
-                format!("index.records.columns.first_frame[{r}]"),
-                "is {f}, the prefix sum of n_frames is {sum}"
-            );
-        }
-        sum = sum
-            .checked_add(n)
-            .ok_or_else(|| Error::refused(Clause::IndexTotal, "index", "n_frames overflows"))?;
-    }
-    if sum != n_frames {
-        refuse!(
-            IndexTotal,
-            "index.records",
-            "frames add up to {sum}, meta.n_frames is {n_frames}"
-        );
-    }
-    Ok((first, counts, atoms, flags))
-}
-
-/// A key as a message names it: `r:7`, `s:7`, `f:7` for a numbered key,
-/// the text of a short printable one, else `hex:` and its bytes.
-fn key_label(key: &[u8]) -> String {
-    if let Some((prefix, n)) = parse_numbered_key(key) {
-        return format!("{}:{n}", prefix as char);
-    }
-    if key.len() <= 32 && key.iter().all(|b| b.is_ascii_graphic()) {
-        return String::from_utf8_lossy(key).into_owned();
-    }
-    let shown = &key[..key.len().min(32)];
-    let hex: String = shown.iter().map(|b| format!("{b:02x}")).collect();
-    let more = if key.len() > shown.len() { "..." } else { "" };
-    format!("hex:{hex}{more} ({} bytes)", key.len())
-}
-
-/// Keys found breaking one rule: how many, and the first few named.
-#[derive(Default)]
-struct Tally {
-    count: u64,
-    named: Vec<String>,
-}
-
-impl Tally {
-    /// Keys named in the message; the count covers the rest.
-    const NAMED: usize = 4;
-
-    /// Counts `key`; `why` is only formatted for the keys named.
-    fn add(&mut self, key: &[u8], why: impl FnOnce() -> String) {
-        self.count += 1;
-        if self.named.len() < Self::NAMED {
-            self.named.push(format!("{} {}", key_label(key), why()));
-        }
-    }
-
-    /// The refusal of `clause` naming what was found, if anything was.
-    fn refusal(self, clause: Clause, what: &str) -> Option<Error> {
-        (self.count > 0).then(|| {
-            let more = if self.count > self.named.len() as u64 {
-                "; ..."
-            } else {
-                ""
-            };
-            Error::refused(
-                clause,
-                "keys",
-                format!(
-                    "{} key(s) {what}: {}{more}",
-                    self.count,
-                    self.named.join("; ")
-                ),
-            )
-        })
-    }
 }

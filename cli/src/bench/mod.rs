@@ -25,18 +25,18 @@
 //! passes (min and max kept as the spread), a ratio the median of the
 //! rounds' ratios.
 
-use crate::dtype::DType;
-use crate::error::{Error, Result};
-use crate::lmdb::{
-    check_pages, frame_key, record_key, system_key, Reader, RecordTxn, Writer, WriterOptions,
-};
-use crate::model::*;
-use crate::typed_json::MetaTag;
-use crate::Clause;
 use flate2::{Compression, Decompress, FlushDecompress, Status};
 use heed::types::Bytes;
 use heed::{Database, Env, EnvFlags, EnvOpenOptions, WithoutTls};
 use indicatif::{ProgressBar, ProgressStyle};
+use molrec::dtype::DType;
+use molrec::error::{Error, Result};
+use molrec::lmdb::{
+    check_pages, frame_key, record_key, system_key, Reader, RecordTxn, Writer, WriterOptions,
+};
+use molrec::model::*;
+use molrec::typed_json::MetaTag;
+use molrec::Clause;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;

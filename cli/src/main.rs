@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU8, Ordering::SeqCst};
 /// glibc's malloc spends about a sixth of the read (docs/benchmark.md).
 /// The library leaves the choice to the program that links it.
 #[global_allocator]
-static ALLOCATOR: molrec::allocator::Mimalloc = molrec::allocator::Mimalloc;
+static ALLOCATOR: mrec_cli::allocator::Mimalloc = mrec_cli::allocator::Mimalloc;
 
 const EXIT_HELP: &str = "Exit codes:
   0  success (for `validate`: the file conforms)
@@ -132,7 +132,7 @@ fn main() -> ExitCode {
             json,
             quiet,
         } => bench(
-            molrec::bench::BenchOptions {
+            mrec_cli::bench::BenchOptions {
                 records,
                 seed,
                 passes: passes as usize,
@@ -333,7 +333,7 @@ fn validate(file: &Path) -> ExitCode {
 }
 
 /// `mrec bench`: runs the benchmark, prints the table, writes the JSON.
-fn bench(options: molrec::bench::BenchOptions, json_out: Option<&Path>) -> Result<(), Error> {
+fn bench(options: mrec_cli::bench::BenchOptions, json_out: Option<&Path>) -> Result<(), Error> {
     if cfg!(debug_assertions) {
         eprintln!("mrec bench: this is a debug build; build with --release for meaningful figures");
     }
@@ -356,7 +356,7 @@ fn bench(options: molrec::bench::BenchOptions, json_out: Option<&Path>) -> Resul
     let interrupted_json = created.map(Path::to_path_buf);
     let keep = options.keep;
     let handler = ctrlc::set_handler(move || {
-        molrec::bench::remove_files_of_runs_in_progress();
+        mrec_cli::bench::remove_files_of_runs_in_progress();
         if let Some(path) = &interrupted_json {
             let _ = std::fs::remove_file(path);
         }
@@ -367,7 +367,7 @@ fn bench(options: molrec::bench::BenchOptions, json_out: Option<&Path>) -> Resul
     if let Err(e) = handler {
         eprintln!("mrec bench: no interrupt handler ({e}): an interrupt leaves the files behind");
     }
-    let report = match molrec::bench::run(&options) {
+    let report = match mrec_cli::bench::run(&options) {
         Ok(report) => report,
         Err(e) => {
             if let Some(path) = created {
