@@ -2,7 +2,10 @@
 
 use clap::{Parser, Subcommand};
 use harness::adapter::reference::Reference;
-use harness::adapter::{Implementation, Subprocess};
+use harness::adapter::{
+    Implementation, Limits, Subprocess, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_FAILURES,
+    DEFAULT_TIMEOUT,
+};
 use harness::report::{Expectations, Report, SuiteInfo};
 use harness::runner::{run_all, scratch_dir, Verdict};
 use harness::suite::{lint, Layout};
@@ -38,9 +41,19 @@ enum Command {
         /// Only trials whose name contains this.
         #[arg(long)]
         filter: Option<String>,
-        /// Seconds an adapter may take for one request.
-        #[arg(long, default_value_t = 60)]
+        /// Seconds an adapter may take for its greeting and for each whole answer.
+        #[arg(long, default_value_t = DEFAULT_TIMEOUT.as_secs())]
         timeout: u64,
+        /// Failed requests in a row (timeouts, crashes, malformed answers) after
+        /// which an adapter is not asked again and its remaining trials are errors (0: never).
+        #[arg(long, default_value_t = DEFAULT_MAX_FAILURES)]
+        max_failures: u32,
+        /// Seconds the whole run may take per adapter; past it, its remaining trials are errors.
+        #[arg(long)]
+        deadline: Option<u64>,
+        /// The longest answer line an adapter may send, MiB; a longer one is an error.
+        #[arg(long, default_value_t = DEFAULT_MAX_ANSWER_BYTES >> 20)]
+        max_answer_mib: u64,
         /// Repository root holding suites/, fixtures/ and spec-map.toml.
         #[arg(long)]
         root: Option<PathBuf>,
@@ -79,8 +92,19 @@ fn main() -> ExitCode {
             report,
             filter,
             timeout,
+            max_failures,
+            deadline,
+            max_answer_mib,
             root,
-        } => run(layout(root), adapter, expectations, report, filter, timeout),
+        } => {
+            let limits = Limits {
+                timeout: Duration::from_secs(timeout),
+                max_failures,
+                max_answer_bytes: max_answer_mib.saturating_mul(1 << 20),
+                deadline: deadline.map(Duration::from_secs),
+            };
+            run(layout(root), adapter, expectations, report, filter, limits)
+        }
         Command::Lint { root } => {
             let problems = lint(&layout(root));
             for p in &problems {
@@ -127,7 +151,7 @@ fn run(
     expectations: Option<PathBuf>,
     report_dir: Option<PathBuf>,
     filter: Option<String>,
-    timeout: u64,
+    limits: Limits,
 ) -> ExitCode {
     let expectations = match expectations.map(std::fs::read_to_string) {
         None => Expectations::default(),
@@ -143,9 +167,11 @@ fn run(
             return ExitCode::from(2);
         }
     };
+    let workdir = scratch_dir("run");
+    end_adapters_on_signals(workdir.clone());
     let mut imp: Box<dyn Implementation> = match adapter {
         None => Box::new(Reference::new()),
-        Some(cmd) => match Subprocess::spawn(&cmd, Duration::from_secs(timeout)) {
+        Some(cmd) => match Subprocess::spawn_with(&cmd, limits) {
             Ok(s) => Box::new(s),
             Err(e) => {
                 eprintln!("harness: cannot start `{cmd}`: {e}");
@@ -154,7 +180,6 @@ fn run(
         },
     };
     let mut reference = Reference::new();
-    let workdir = scratch_dir("run");
     let description = imp.describe().clone();
     eprintln!(
         "running the suites against {} {}",
@@ -232,3 +257,39 @@ fn run(
         ExitCode::SUCCESS
     }
 }
+
+/// SIGINT, SIGTERM and SIGHUP end every adapter (`bye`, a second's grace,
+/// then their process groups killed) and remove the run's scratch
+/// directory; the harness then dies of the signal, so its exit status is
+/// the signal's. A harness that returns or panics drops its adapters,
+/// which does the same.
+#[cfg(unix)]
+fn end_adapters_on_signals(workdir: PathBuf) {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = match signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) {
+        Ok(signals) => signals,
+        Err(e) => {
+            eprintln!(
+                "harness: cannot handle signals ({e}); a stopped run may leave adapters running"
+            );
+            return;
+        }
+    };
+    let spawned = std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                eprintln!("harness: signal {signal}: ending the adapters");
+                harness::adapter::end_all_adapters(Duration::from_secs(1));
+                let _ = std::fs::remove_dir_all(&workdir);
+                let _ = signal_hook::low_level::emulate_default_handler(signal);
+                std::process::exit(128 + signal);
+            }
+        });
+    if let Err(e) = spawned {
+        eprintln!("harness: cannot handle signals ({e}); a stopped run may leave adapters running");
+    }
+}
+
+#[cfg(not(unix))]
+fn end_adapters_on_signals(_workdir: PathBuf) {}

@@ -495,6 +495,7 @@ pub fn run_all(
         if filter.is_some_and(|f| !trial_name(&suite.module, &case.id, direction).contains(f)) {
             continue;
         }
+        imp.begin_trial(&trial_name(&suite.module, &case.id, direction));
         let result = run_trial(&suite, &case, direction, imp, &mut ctx);
         progress(&result);
         results.push(result);

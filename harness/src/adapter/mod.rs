@@ -13,7 +13,10 @@ pub mod protocol;
 pub mod reference;
 pub mod subprocess;
 
-pub use subprocess::{Subprocess, DEFAULT_TIMEOUT};
+pub use subprocess::{
+    end_all_adapters, Limits, Subprocess, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_FAILURES,
+    DEFAULT_TIMEOUT,
+};
 
 use std::path::Path;
 
@@ -81,4 +84,8 @@ pub trait Implementation {
 
     /// Reads the file at `path` back to canonical JSON (resolved form).
     fn read(&mut self, path: &Path) -> Outcome<serde_json::Value>;
+
+    /// Called before each trial with its name, for messages that say which
+    /// trial something began at. Nothing by default.
+    fn begin_trial(&mut self, _trial: &str) {}
 }

@@ -9,12 +9,21 @@
 //! caller's. Any error (exit, timeout, malformed answer) kills the process
 //! and its process group; the next request re-spawns it and reads its
 //! greeting again, so later cases still run.
+//!
+//! What one adapter may cost the harness is bounded ([`Limits`]): each
+//! answer must arrive whole within the timeout and within
+//! [`Limits::max_answer_bytes`]; after [`Limits::max_failures`] failed
+//! requests in a row with no good answer between them, or past the run's
+//! [`Limits::deadline`], the adapter is not asked again and every later
+//! request is an error with one message (so the report shows one group).
+//! Every running adapter's process group is in a registry that
+//! [`end_all_adapters`] empties, for a harness that is stopped by a signal.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -24,14 +33,53 @@ use serde_json::Value;
 use super::protocol::{self, Answer, Op};
 use super::{Description, Implementation, Outcome};
 
-/// The default time an implementation has to greet and to answer each request.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// The default time an implementation has to greet and to answer each
+/// request. With [`DEFAULT_MAX_FAILURES`], an adapter that hangs on every
+/// request costs a run 45 s before it is given up.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The default number of failed requests in a row (timeouts, crashes,
+/// malformed answers, failed restarts) after which an adapter is given up.
+pub const DEFAULT_MAX_FAILURES: u32 = 3;
+
+/// The default longest answer line, bytes (the suites' largest collection
+/// is a few hundred KiB of JSON).
+pub const DEFAULT_MAX_ANSWER_BYTES: u64 = 256 << 20;
 
 /// How much of the process's stderr is kept (its last bytes) for error messages.
 pub const STDERR_TAIL_BYTES: usize = 8 * 1024;
 
-/// The longest stdout line accepted (a collection of many MB fits easily).
-const MAX_LINE_BYTES: u64 = 1 << 30;
+/// Stdout lines read ahead of the harness: the reader thread blocks (and
+/// the adapter with it) beyond these, so unasked output holds no memory.
+const LINES_AHEAD: usize = 4;
+
+/// What one adapter may cost a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// The time for the greeting and for each whole answer (not per read:
+    /// an adapter that sleeps between the bytes of a line times out too).
+    pub timeout: Duration,
+    /// Failed requests in a row after which the adapter is not asked
+    /// again (0: never given up).
+    pub max_failures: u32,
+    /// The longest answer line; a longer one is an error naming this cap,
+    /// and no more than this is ever held.
+    pub max_answer_bytes: u64,
+    /// The whole run's time for this adapter, from its first spawn; past
+    /// it, every request is an error. `None`: no bound.
+    pub deadline: Option<Duration>,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            timeout: DEFAULT_TIMEOUT,
+            max_failures: DEFAULT_MAX_FAILURES,
+            max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
+            deadline: None,
+        }
+    }
+}
 
 /// How long a process has to exit after `bye` before it is killed.
 const BYE_GRACE: Duration = Duration::from_secs(1);
@@ -45,18 +93,36 @@ const STDERR_SETTLE: Duration = Duration::from_millis(500);
 /// it sends `bye`, waits briefly, then kills what is left.
 pub struct Subprocess {
     command: String,
-    timeout: Duration,
+    limits: Limits,
+    /// When the run's deadline passes, if it has one.
+    ends: Option<Instant>,
     description: Description,
     live: Option<Live>,
     next_id: u64,
     restarts: usize,
+    /// The trial being run ([`Implementation::begin_trial`]).
+    trial: String,
+    /// Failed requests since the last good answer, and the trial of the
+    /// first of them.
+    failures: Vec<Failure>,
+    streak_began: String,
+    /// Set once the adapter is given up: the error of every later request.
+    given_up: Option<String>,
+}
+
+/// What kind of failure a request met, for the message that gives an
+/// adapter up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Failure {
+    Timeout,
+    Other,
 }
 
 impl std::fmt::Debug for Subprocess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Subprocess")
             .field("command", &self.command)
-            .field("timeout", &self.timeout)
+            .field("limits", &self.limits)
             .field("description", &self.description)
             .field("running", &self.live.is_some())
             .field("restarts", &self.restarts)
@@ -70,14 +136,31 @@ impl Subprocess {
     /// `timeout` bounds the greeting and, later, each request. An error names
     /// what went wrong and quotes the tail of the process's stderr.
     pub fn spawn(command: &str, timeout: Duration) -> Result<Subprocess, String> {
-        let (live, description) = Live::start(command, timeout)?;
+        Subprocess::spawn_with(
+            command,
+            Limits {
+                timeout,
+                ..Limits::default()
+            },
+        )
+    }
+
+    /// Spawns `command` under `limits` (see [`Limits`]), reads its greeting.
+    pub fn spawn_with(command: &str, limits: Limits) -> Result<Subprocess, String> {
+        let ends = limits.deadline.map(|d| Instant::now() + d);
+        let (live, description) = Live::start(command, limits.timeout, limits.max_answer_bytes)?;
         Ok(Subprocess {
             command: command.to_string(),
-            timeout,
+            limits,
+            ends,
             description,
             live: Some(live),
             next_id: 1,
             restarts: 0,
+            trial: String::new(),
+            failures: Vec::new(),
+            streak_began: String::new(),
+            given_up: None,
         })
     }
 
@@ -88,12 +171,17 @@ impl Subprocess {
 
     /// The time allowed for the greeting and for each answer.
     pub fn timeout(&self) -> Duration {
-        self.timeout
+        self.limits.timeout
     }
 
     /// Changes the time allowed for each later request (and greeting).
     pub fn set_timeout(&mut self, timeout: Duration) {
-        self.timeout = timeout;
+        self.limits.timeout = timeout;
+    }
+
+    /// Why the adapter is no longer asked anything, once it is given up.
+    pub fn given_up(&self) -> Option<&str> {
+        self.given_up.as_deref()
     }
 
     /// How many times the process was re-spawned after an error.
@@ -104,25 +192,97 @@ impl Subprocess {
     /// Sends one request and waits for its answer. `Err` is the full error
     /// message (stderr tail included); the process has then been killed.
     fn exchange(&mut self, op: Op, id: u64, line: String) -> Result<Answer, String> {
+        if let Some(why) = &self.given_up {
+            return Err(why.clone());
+        }
+        let deadline_passed = |trial: &str, limits: &Limits| {
+            format!(
+                "adapter given up at trial {trial}: the run's deadline of {:?} has passed; it is not asked again",
+                limits.deadline.unwrap_or_default()
+            )
+        };
+        let timeout = match self.ends {
+            None => self.limits.timeout,
+            Some(ends) => match ends.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => self.limits.timeout.min(left),
+                _ => {
+                    let why = deadline_passed(&self.trial, &self.limits);
+                    self.fail("");
+                    self.given_up = Some(why.clone());
+                    return Err(why);
+                }
+            },
+        };
+        let result = self.request(op, id, line, timeout);
+        match result {
+            Ok(answer) => {
+                self.failures.clear();
+                Ok(answer)
+            }
+            // The deadline cut this request's time short.
+            Err((Failure::Timeout, what)) if timeout < self.limits.timeout => {
+                let why = deadline_passed(&self.trial, &self.limits);
+                let error = self.fail(&what);
+                self.given_up = Some(why.clone());
+                Err(format!("{why}\n{error}"))
+            }
+            Err((kind, what)) => {
+                if self.failures.is_empty() {
+                    self.streak_began = self.trial.clone();
+                }
+                self.failures.push(kind);
+                let error = self.fail(&what);
+                let n = self.failures.len();
+                if self.limits.max_failures > 0 && n >= self.limits.max_failures as usize {
+                    let timeouts = self
+                        .failures
+                        .iter()
+                        .filter(|f| **f == Failure::Timeout)
+                        .count();
+                    let kinds = match timeouts {
+                        0 => format!("{n} failed requests (crashes or malformed answers)"),
+                        t if t == n => format!("{n} timeouts"),
+                        t => format!("{n} failed requests ({t} timeouts)"),
+                    };
+                    self.given_up = Some(format!(
+                        "adapter unresponsive since trial {}: {kinds} in a row; it is not asked again (--max-failures {})",
+                        self.streak_began, self.limits.max_failures
+                    ));
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// One request on a running process (started again first if an earlier
+    /// error killed it).
+    fn request(
+        &mut self,
+        op: Op,
+        id: u64,
+        line: String,
+        timeout: Duration,
+    ) -> Result<Answer, (Failure, String)> {
         if self.live.is_none() {
-            let (live, _) = Live::start(&self.command, self.timeout)
-                .map_err(|e| format!("restarting the implementation failed: {e}"))?;
+            let (live, _) = Live::start(&self.command, timeout, self.limits.max_answer_bytes)
+                .map_err(|e| {
+                    let kind = if e.contains("(timed out)") {
+                        Failure::Timeout
+                    } else {
+                        Failure::Other
+                    };
+                    (kind, format!("restarting the implementation failed: {e}"))
+                })?;
             self.live = Some(live);
             self.restarts += 1;
         }
         let Some(live) = self.live.as_mut() else {
-            return Err("the implementation is not running".to_string());
+            return Err((Failure::Other, "the implementation is not running".into()));
         };
-        let result = match live.send(line) {
-            Ok(()) => live
-                .next_line(self.timeout)
-                .and_then(|text| protocol::parse_answer(&text, id, op)),
-            Err(e) => Err(e),
-        };
-        match result {
-            Ok(answer) => Ok(answer),
-            Err(what) => Err(self.fail(&format!("{} request {id}: {what}", op.as_str()))),
-        }
+        let at = |what: String| format!("{} request {id}: {what}", op.as_str());
+        live.send(line).map_err(|e| (Failure::Other, at(e)))?;
+        let text = live.next_line(timeout).map_err(|(kind, e)| (kind, at(e)))?;
+        protocol::parse_answer(&text, id, op).map_err(|e| (Failure::Other, at(e)))
     }
 
     /// Kills the process after an error and returns the error message.
@@ -146,6 +306,11 @@ impl Subprocess {
 impl Implementation for Subprocess {
     fn describe(&self) -> &Description {
         &self.description
+    }
+
+    fn begin_trial(&mut self, trial: &str) {
+        self.trial.clear();
+        self.trial.push_str(trial);
     }
 
     fn write(&mut self, collection: &Value, path: &Path) -> Outcome<()> {
@@ -240,9 +405,47 @@ struct Live {
     stderr_done: Receiver<()>,
 }
 
+/// A running adapter as [`end_all_adapters`] reaches it: its process group
+/// and the way to its stdin.
+struct Running {
+    group: u32,
+    requests: Sender<String>,
+}
+
+/// Every adapter process group running now.
+static RUNNING: Mutex<Vec<Running>> = Mutex::new(Vec::new());
+
+fn running() -> std::sync::MutexGuard<'static, Vec<Running>> {
+    RUNNING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Ends every adapter of this process: says `bye` to each, gives them
+/// `grace` to exit, then kills each process group. For a harness stopped
+/// by a signal, before it exits (the [`Subprocess`] values are not dropped
+/// then); a harness that ends normally drops them, which does the same.
+pub fn end_all_adapters(grace: Duration) {
+    let all: Vec<Running> = running().drain(..).collect();
+    for adapter in &all {
+        let _ = adapter.requests.send(protocol::bye_request() + "\n");
+    }
+    let until = Instant::now() + grace;
+    while Instant::now() < until && all.iter().any(|a| group_alive(a.group)) {
+        thread::sleep(Duration::from_millis(20));
+    }
+    for adapter in &all {
+        kill_group(adapter.group);
+    }
+}
+
 impl Live {
     /// Spawns the process and reads its greeting.
-    fn start(command: &str, timeout: Duration) -> Result<(Live, Description), String> {
+    fn start(
+        command: &str,
+        timeout: Duration,
+        max_answer_bytes: u64,
+    ) -> Result<(Live, Description), String> {
         let mut cmd = Command::new("sh");
         cmd.arg("-c")
             .arg(command)
@@ -268,10 +471,18 @@ impl Live {
             };
         let tail = Arc::new(Mutex::new(Tail::new(STDERR_TAIL_BYTES)));
         let (request_tx, request_rx) = mpsc::channel();
-        let (event_tx, events) = mpsc::channel();
+        let (event_tx, events) = mpsc::sync_channel(LINES_AHEAD);
         let (done_tx, stderr_done) = mpsc::channel();
+        running().push(Running {
+            group: child.id(),
+            requests: request_tx.clone(),
+        });
         let threads = spawn_thread("adapter-stdin", move || feed_stdin(stdin, request_rx))
-            .and_then(|()| spawn_thread("adapter-stdout", move || read_stdout(stdout, event_tx)))
+            .and_then(|()| {
+                spawn_thread("adapter-stdout", move || {
+                    read_stdout(stdout, event_tx, max_answer_bytes)
+                })
+            })
             .and_then(|()| {
                 let tail = Arc::clone(&tail);
                 spawn_thread("adapter-stderr", move || read_stderr(stderr, tail, done_tx))
@@ -289,7 +500,7 @@ impl Live {
         };
         let greeting = live
             .next_line(timeout)
-            .map_err(|e| format!("no greeting: {e}"))
+            .map_err(|(_, e)| format!("no greeting: {e}"))
             .and_then(|line| protocol::parse_hello(&line));
         match greeting {
             Ok(description) => Ok((live, description)),
@@ -311,8 +522,8 @@ impl Live {
         }
     }
 
-    /// The next non-blank stdout line, within `timeout`.
-    fn next_line(&mut self, timeout: Duration) -> Result<String, String> {
+    /// The next non-blank stdout line, whole, within `timeout`.
+    fn next_line(&mut self, timeout: Duration) -> Result<String, (Failure, String)> {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -320,11 +531,17 @@ impl Live {
                 Ok(Event::Line(line)) if line.trim().is_empty() => continue,
                 Ok(Event::Line(line)) => return Ok(line),
                 Ok(Event::Eof) | Err(RecvTimeoutError::Disconnected) => {
-                    return Err("the process closed stdout (exited?)".to_string())
+                    return Err((
+                        Failure::Other,
+                        "the process closed stdout (exited?)".to_string(),
+                    ))
                 }
-                Ok(Event::Broken(e)) => return Err(e),
+                Ok(Event::Broken(e)) => return Err((Failure::Other, e)),
                 Err(RecvTimeoutError::Timeout) => {
-                    return Err(format!("no answer within {timeout:?} (timed out)"))
+                    return Err((
+                        Failure::Timeout,
+                        format!("no whole answer within {timeout:?} (timed out)"),
+                    ))
                 }
             }
         }
@@ -344,7 +561,11 @@ impl Live {
     /// is left.
     fn bye(mut self) {
         let _ = self.send(protocol::bye_request());
-        self.requests = None; // closes stdin once the line is written
+        // Closes stdin once the line is written (the registry's handle on
+        // it too).
+        let group = self.child.id();
+        running().retain(|r| r.group != group);
+        self.requests = None;
         let deadline = Instant::now() + BYE_GRACE;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -360,7 +581,9 @@ impl Live {
 /// Kills the process's group (it leads one) and the process, then reaps it.
 /// The group is signalled before the reap, so its id cannot have been reused.
 fn kill_and_reap(child: &mut Child) -> String {
-    kill_group(child.id());
+    let group = child.id();
+    running().retain(|r| r.group != group);
+    kill_group(group);
     let _ = child.kill();
     match child.wait() {
         Ok(status) => status.to_string(),
@@ -369,25 +592,44 @@ fn kill_and_reap(child: &mut Child) -> String {
 }
 
 #[cfg(unix)]
-fn kill_group(pid: u32) {
-    extern "C" {
-        fn kill(pid: i32, sig: i32) -> i32;
-    }
-    const SIGKILL: i32 = 9;
-    if let Ok(pid) = i32::try_from(pid) {
-        if pid > 0 {
-            // SAFETY: kill(2) takes plain integers and touches no memory of
-            // ours; `-pid` names the process group the child leads
-            // (`process_group(0)`), and the child is not reaped yet.
-            unsafe {
-                kill(-pid, SIGKILL);
-            }
-        }
+extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}
+
+/// Sends `signal` to the process group `group` leads; whether it reached a
+/// process.
+#[cfg(unix)]
+fn signal_group(group: u32, signal: i32) -> bool {
+    match i32::try_from(group) {
+        // SAFETY: kill(2) takes plain integers and touches no memory of
+        // ours; `-group` names the process group the child leads
+        // (`process_group(0)`), signalled only while the child is not
+        // reaped (or, from `end_all_adapters`, while it is registered,
+        // which it stays until reaped), so the id cannot have been reused.
+        Ok(pid) if pid > 0 => unsafe { kill(-pid, signal) == 0 },
+        _ => false,
     }
 }
 
+#[cfg(unix)]
+fn kill_group(group: u32) {
+    const SIGKILL: i32 = 9;
+    signal_group(group, SIGKILL);
+}
+
+/// Whether a process of the group is left (signal 0 checks, sends nothing).
+#[cfg(unix)]
+fn group_alive(group: u32) -> bool {
+    signal_group(group, 0)
+}
+
 #[cfg(not(unix))]
-fn kill_group(_pid: u32) {}
+fn kill_group(_group: u32) {}
+
+#[cfg(not(unix))]
+fn group_alive(_group: u32) -> bool {
+    false
+}
 
 fn spawn_thread(name: &str, body: impl FnOnce() + Send + 'static) -> Result<(), String> {
     thread::Builder::new()
@@ -410,11 +652,11 @@ fn feed_stdin(mut stdin: ChildStdin, requests: Receiver<String>) {
     // Dropping `stdin` closes the pipe: end of input for the process.
 }
 
-fn read_stdout(stdout: ChildStdout, events: Sender<Event>) {
+fn read_stdout(stdout: ChildStdout, events: SyncSender<Event>, max_line_bytes: u64) {
     let mut reader = BufReader::with_capacity(1 << 16, stdout);
     loop {
         let mut line = String::new();
-        let event = match (&mut reader).take(MAX_LINE_BYTES + 1).read_line(&mut line) {
+        let event = match (&mut reader).take(max_line_bytes + 1).read_line(&mut line) {
             Ok(0) => Event::Eof,
             Ok(_) if line.ends_with('\n') => {
                 line.pop();
@@ -423,8 +665,8 @@ fn read_stdout(stdout: ChildStdout, events: Sender<Event>) {
                 }
                 Event::Line(line)
             }
-            Ok(n) if n as u64 > MAX_LINE_BYTES => Event::Broken(format!(
-                "a stdout line is longer than {MAX_LINE_BYTES} bytes"
+            Ok(n) if n as u64 > max_line_bytes => Event::Broken(format!(
+                "an answer line is longer than the cap of {max_line_bytes} bytes (--max-answer-mib); not read further"
             )),
             // The last line, without a newline, before end of file.
             Ok(_) => Event::Line(line),
@@ -830,6 +1072,203 @@ time.sleep(3600)
     fn subprocess_can_move_to_another_thread() {
         fn assert_send<T: Send>() {}
         assert_send::<Subprocess>();
+    }
+
+    fn limited(command: &str, limits: Limits) -> Subprocess {
+        match Subprocess::spawn_with(command, limits) {
+            Ok(s) => s,
+            Err(e) => panic!("spawn failed: {e}"),
+        }
+    }
+
+    /// Three timeouts in a row give the adapter up: the fourth request is
+    /// not sent (answered at once), and says since which trial.
+    #[test]
+    fn three_timeouts_in_a_row_give_an_adapter_up() {
+        let dir = Scratch::new("given-up");
+        let handle = r#"
+    time.sleep(3600)
+"#;
+        let limits = Limits {
+            timeout: Duration::from_millis(500),
+            ..Limits::default()
+        };
+        let mut imp = limited(&dir.fake(false, handle), limits);
+        for k in 0..3 {
+            imp.begin_trial(&format!("collection::case-{k}::read"));
+            let e = error_of(imp.read(&dir.path("x")));
+            assert!(e.contains("timed out"), "{e}");
+        }
+        imp.begin_trial("collection::case-3::read");
+        let started = Instant::now();
+        let e = error_of(imp.read(&dir.path("x")));
+        assert!(started.elapsed() < Duration::from_millis(100));
+        assert_eq!(
+            e,
+            "adapter unresponsive since trial collection::case-0::read: 3 timeouts in a row; it is not asked again (--max-failures 3)"
+        );
+        assert_eq!(imp.given_up(), Some(e.as_str()));
+        assert_eq!(imp.restarts(), 2);
+    }
+
+    /// A good answer between failures starts the count again.
+    #[test]
+    fn a_good_answer_resets_the_failure_count() {
+        let dir = Scratch::new("reset");
+        let handle = r#"
+    if "crash" in req["name"]:
+        sys.exit(3)
+    send({"id": req["id"], "status": "ok", "collection": {}})
+"#;
+        let mut imp = spawn(&dir.fake(false, handle), Duration::from_secs(30));
+        for _ in 0..3 {
+            error_of(imp.read(&dir.path("crash")));
+            error_of(imp.read(&dir.path("crash")));
+            assert_eq!(imp.read(&dir.path("fine")), Outcome::Done(json!({})));
+        }
+        assert_eq!(imp.given_up(), None);
+        error_of(imp.read(&dir.path("crash")));
+        error_of(imp.read(&dir.path("crash")));
+        let e = error_of(imp.read(&dir.path("crash")));
+        assert!(e.contains("exit status: 3"), "{e}");
+        let e = error_of(imp.read(&dir.path("fine")));
+        assert!(
+            e.contains("3 failed requests (crashes or malformed answers) in a row"),
+            "{e}"
+        );
+    }
+
+    /// The timeout covers the whole answer: bytes trickling in slower than
+    /// that do not keep the harness waiting.
+    #[test]
+    fn an_answer_trickling_in_times_out_as_a_whole() {
+        let dir = Scratch::new("trickle");
+        let handle = r#"
+    line = json.dumps({"id": req["id"], "status": "ok", "collection": {}}) + "\n"
+    for c in line:
+        sys.stdout.write(c)
+        sys.stdout.flush()
+        time.sleep(0.2)
+"#;
+        let mut imp = spawn(&dir.fake(false, handle), Duration::from_secs(1));
+        let started = Instant::now();
+        let e = error_of(imp.read(&dir.path("x")));
+        let took = started.elapsed();
+        assert!(e.contains("no whole answer within 1s (timed out)"), "{e}");
+        assert!(took < Duration::from_secs(5), "{took:?}");
+    }
+
+    /// A line longer than the cap is an error naming the cap; the harness
+    /// never holds more than the cap of it.
+    #[test]
+    fn an_endless_line_is_stopped_at_the_cap() {
+        let dir = Scratch::new("endless");
+        let handle = r#"
+    while True:
+        sys.stdout.write("x" * 65536)
+"#;
+        let limits = Limits {
+            timeout: Duration::from_secs(30),
+            max_answer_bytes: 1 << 20,
+            ..Limits::default()
+        };
+        let mut imp = limited(&dir.fake(false, handle), limits);
+        let started = Instant::now();
+        let e = error_of(imp.read(&dir.path("x")));
+        assert!(
+            e.contains("an answer line is longer than the cap of 1048576 bytes"),
+            "{e}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    /// Past the run's deadline no request is sent.
+    #[test]
+    fn past_the_deadline_every_request_is_an_error() {
+        let dir = Scratch::new("deadline");
+        let handle = r#"
+    time.sleep(0.3)
+    send({"id": req["id"], "status": "ok", "collection": {}})
+"#;
+        let limits = Limits {
+            timeout: Duration::from_secs(30),
+            deadline: Some(Duration::from_secs(2)),
+            ..Limits::default()
+        };
+        let mut imp = limited(&dir.fake(false, handle), limits);
+        let started = Instant::now();
+        let mut answered = 0;
+        let e = loop {
+            imp.begin_trial(&format!("t{answered}"));
+            match imp.read(&dir.path("x")) {
+                Outcome::Done(_) => answered += 1,
+                Outcome::Error(e) => break e,
+                other => panic!("{other:?}"),
+            }
+            assert!(started.elapsed() < Duration::from_secs(20), "no deadline");
+        };
+        assert!(answered >= 1, "{e}");
+        let why = format!("adapter given up at trial t{answered}: the run's deadline of 2s has passed; it is not asked again");
+        assert!(e.starts_with(&why), "{e}");
+        assert_eq!(error_of(imp.read(&dir.path("x"))), why);
+    }
+
+    /// A panic unwinding through the owner of a subprocess ends it (the
+    /// drop guard). (`end_all_adapters` reaches every adapter of the
+    /// process, so its test is the harness's signal test, in a process of
+    /// its own.)
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_panic_leaves_no_process_of_the_group() {
+        let dir = Scratch::new("panic");
+        let handle = r#"
+    time.sleep(3600)
+"#;
+        let command = dir.fake(false, handle);
+        let owner = thread::spawn(move || {
+            let imp = spawn(&command, DEFAULT_TIMEOUT);
+            let group = imp.live.as_ref().map(|l| l.child.id()).unwrap_or(0);
+            if group != 0 {
+                panic!("{group}");
+            }
+        });
+        let payload = owner.join().expect_err("the owner panics");
+        let group: u32 = payload
+            .downcast_ref::<String>()
+            .and_then(|g| g.parse().ok())
+            .expect("the group id");
+        assert!(wait_gone(group), "group {group} still has processes");
+    }
+
+    /// Whether no process of `group` but zombies is left within 5 s.
+    #[cfg(target_os = "linux")]
+    fn wait_gone(group: u32) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if processes_of_group(group) == 0 {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// Processes of `group` that are not zombies, from `/proc`.
+    #[cfg(target_os = "linux")]
+    fn processes_of_group(group: u32) -> usize {
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return 0;
+        };
+        entries
+            .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("stat")).ok())
+            .filter(|stat| {
+                // pid (comm) state ppid pgrp ...
+                let mut after = stat.rsplit(") ").next().unwrap_or("").split(' ');
+                let state = after.next();
+                let pgrp = after.nth(1).and_then(|g| g.parse::<u32>().ok());
+                pgrp == Some(group) && state != Some("Z")
+            })
+            .count()
     }
 
     #[test]

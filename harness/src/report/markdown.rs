@@ -135,7 +135,41 @@ fn unexpected(out: &mut String, report: &Report) {
         return;
     }
     out.push_str("## Unexpected results\n\n");
-    for e in entries {
+    // Errors with one message (an adapter given up: every trial after it
+    // says the same) are one section, the message once.
+    let mut by_message: Vec<(&str, Vec<&ResultEntry>)> = Vec::new();
+    for e in entries.iter().filter(|e| e.outcome == Outcome::Error) {
+        match by_message.iter_mut().find(|(m, _)| *m == e.result.detail) {
+            Some((_, group)) => group.push(e),
+            None => by_message.push((&e.result.detail, vec![e])),
+        }
+    }
+    by_message.retain(|(_, group)| group.len() > 1);
+    let grouped = |e: &ResultEntry| {
+        e.outcome == Outcome::Error && by_message.iter().any(|(m, _)| *m == e.result.detail)
+    };
+    for (message, group) in &by_message {
+        let _ = writeln!(out, "### {} trials — error, one cause\n", group.len());
+        const LISTED: usize = 12;
+        let names: Vec<String> = group
+            .iter()
+            .take(LISTED)
+            .map(|e| code(&e.result.trial))
+            .collect();
+        let more = group.len().saturating_sub(LISTED);
+        let _ = writeln!(
+            out,
+            "- trials: {}{}\n",
+            names.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        );
+        fenced(out, message);
+    }
+    for e in entries.into_iter().filter(|e| !grouped(e)) {
         let r = &e.result;
         let _ = writeln!(out, "### {} — {}\n", code(&r.trial), e.outcome.name());
         let _ = writeln!(out, "{}\n", text(&r.title));

@@ -8,6 +8,9 @@
 //! - `cli`: the command line writes the four reports; expectations are checked.
 //!   (The Python template adapter's run is `tests/python_adapter.rs`, a
 //!   driver that reports it ignored where `python3` lacks what it needs.)
+//! - `hostile`: an adapter that hangs is given up after three timeouts, a
+//!   signal to the harness leaves no adapter process, an answer past the cap
+//!   is an error naming it.
 //! - `subprocess`: the reference as a subprocess gives the same verdicts as
 //!   in process.
 //! - `snapshots`: the reference's Markdown report and refusal messages.
@@ -18,6 +21,7 @@ mod broken;
 mod cli;
 mod common;
 mod corrupt;
+mod hostile;
 mod snapshots;
 mod spec_map;
 mod subprocess;
