@@ -15,6 +15,8 @@
 //!
 //! Run from the repository's root. Existing seed files of the same names
 //! are replaced; other files of the corpora are left alone.
+//! `harness/tests/fuzz_replay.rs` includes this file to make the seeds it
+//! replays ([`write_seeds`]).
 
 use heed::types::Bytes;
 use heed::{Database, EnvFlags, EnvOpenOptions};
@@ -31,6 +33,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if !fixtures.is_dir() {
         return Err("run from the repository's root (no fixtures/ here)".into());
     }
+    println!("{}", write_seeds(fixtures, &out)?);
+    Ok(())
+}
+
+/// Writes the three corpora's seeds from `fixtures` under `out`; returns a
+/// line that counts them.
+pub fn write_seeds(fixtures: &Path, out: &Path) -> Result<String, Box<dyn std::error::Error>> {
     let dirs = ["frame_decode", "open_and_read", "write_read"].map(|d| out.join(d));
     for dir in &dirs {
         fs::create_dir_all(dir)?;
@@ -73,11 +82,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             texts += 1;
         }
     }
-    println!(
+    Ok(format!(
         "{frames} frame values, {files} files as entries, {texts} collections, under {}",
         out.display()
-    );
-    Ok(())
+    ))
 }
 
 /// The files of `dir` whose names end with `suffix`, in name order.
