@@ -9,7 +9,8 @@
 //! Paths: `arrays` (`RecordTxn::record_arrays`), `owned` (`RecordTxn::record`),
 //! `views` (`for_each_frame`, every f64 column read in place or copied),
 //! `system` (`RecordTxn::system` alone), `arrays2` (`arrays` on two threads,
-//! taking 64 records of the order at a time, as `mrec bench`'s (7)).
+//! taking 64 records of the order at a time, as `mrec bench`'s (7)),
+//! `check` (`check_pages` of the file, `mrec bench`'s (8); counts pages).
 //! Records are read in index order, or with `shuffled` in one fixed
 //! shuffled order (as `mrec bench` reads them).
 
@@ -17,7 +18,7 @@
 #[global_allocator]
 static ALLOCATOR: mrec_cli::allocator::Mimalloc = mrec_cli::allocator::Mimalloc;
 
-use molrec::lmdb::{Reader, RecordTxn};
+use molrec::lmdb::{check_pages, Reader, RecordTxn};
 use molrec::DType;
 use std::hint::black_box;
 use std::path::Path;
@@ -25,16 +26,15 @@ use std::time::Instant;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let (path, mode, passes, shuffled) = match &args[..] {
-        [_, path, mode, passes] => (path, mode, passes, false),
-        [_, path, mode, passes, order] if order == "shuffled" => (path, mode, passes, true),
-        _ => {
-            return Err(
-                "usage: read_passes FILE arrays|arrays2|owned|views|system PASSES [shuffled]"
+    let (path, mode, passes, shuffled) =
+        match &args[..] {
+            [_, path, mode, passes] => (path, mode, passes, false),
+            [_, path, mode, passes, order] if order == "shuffled" => (path, mode, passes, true),
+            _ => return Err(
+                "usage: read_passes FILE arrays|arrays2|owned|views|system|check PASSES [shuffled]"
                     .into(),
-            )
-        }
-    };
+            ),
+        };
     let passes: u32 = passes.parse()?;
     let reader = Reader::open(Path::new(path))?;
     let mut order: Vec<u64> = (0..reader.n_records()).collect();
@@ -55,11 +55,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let start = Instant::now();
         let frames = match mode.as_str() {
             "arrays2" => mrec_cli::bench::two_thread_arrays_pass(&reader, &order)?,
+            "check" => {
+                let counts = check_pages(Path::new(path))?;
+                counts.branch_pages + counts.leaf_pages + counts.overflow_pages
+            }
             _ => one_thread_pass(&reader, &txn, mode, &order, &mut scratch)?,
         };
         let secs = start.elapsed().as_secs_f64();
         println!(
-            "pass {pass}: {frames} frames in {secs:.3} s, {:.0} frames/s",
+            "pass {pass}: {frames} frames in {secs:.5} s, {:.0} frames/s",
             frames as f64 / secs
         );
     }

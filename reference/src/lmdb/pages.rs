@@ -209,6 +209,15 @@ impl<'f> Walk<'f> {
         Ok(())
     }
 
+    /// Asks the CPU to start loading the first line of page `pgno` (its
+    /// header and node pointers). A hint: it reads nothing the walk relies
+    /// on, never faults, and is dropped for a page not yet mapped.
+    fn prefetch_header(&self, pgno: u64) {
+        if pgno < self.pages {
+            prefetch(self.page(pgno).as_ptr());
+        }
+    }
+
     /// Page `pgno`, already checked to be below `pages`.
     fn page(&self, pgno: u64) -> &'f [u8] {
         let start = pgno as usize * self.page_size;
@@ -394,15 +403,34 @@ impl<'f> Walk<'f> {
     }
 }
 
-/// Whether `a < b` as LMDB orders keys (bytes, then length). Most keys of
-/// this binding are 9 bytes: their first 8, read as one big-endian word,
-/// decide without a call to `memcmp` (9% of the check's time before).
+/// A prefetch of the cache line at `at` into every cache level.
+#[inline(always)]
+fn prefetch(at: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint: it reads nothing the program sees,
+    // writes nothing and cannot fault, whatever the address; SSE, which
+    // has it, is part of every x86-64 CPU.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
+}
+
+/// Whether `a < b` as LMDB orders keys (bytes, then length). Keys of this
+/// binding are 9 bytes (a letter and a big-endian number): two keys of one
+/// length from 8 to 16 bytes compare as their first 8 bytes and then their
+/// last 8 (which overlap bytes already found equal), read as big-endian
+/// words, without a call to `memcmp`.
 fn ascending(a: &[u8], b: &[u8]) -> bool {
-    if let (Some(x), Some(y)) = (a.first_chunk::<8>(), b.first_chunk::<8>()) {
-        let (x, y) = (u64::from_be_bytes(*x), u64::from_be_bytes(*y));
+    let n = a.len();
+    if n == b.len() && (8..=16).contains(&n) {
+        let word = |k: &[u8], at: usize| u64::from_be_bytes(k[at..at + 8].try_into().unwrap());
+        let (x, y) = (word(a, 0), word(b, 0));
         if x != y {
             return x < y;
         }
+        return word(a, n - 8) < word(b, n - 8);
     }
     a < b
 }
@@ -503,6 +531,11 @@ pub fn check_pages(path: &Path) -> Result<PageCounts> {
         let depth = u64::from(db.depth);
         let mut stack = vec![(db.root, 1u64)];
         while let Some((pgno, level)) = stack.pop() {
+            // The next page's header and node pointers start loading while
+            // this page is checked: its first miss overlaps this page's.
+            if let Some(&(next, _)) = stack.last() {
+                walk.prefetch_header(next);
+            }
             if level > depth {
                 return Err(corrupt(
                     format!("page {pgno}"),
@@ -539,4 +572,36 @@ pub fn check_pages(path: &Path) -> Result<PageCounts> {
         }
     }
     Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ascending;
+
+    /// The word comparison orders keys exactly as bytes do: every pair of
+    /// keys up to 18 bytes over a two-letter alphabet (so most pairs share
+    /// a long prefix and many are equal), of equal and unequal lengths.
+    #[test]
+    fn ascending_is_lmdb_byte_order() {
+        let mut state = 7u64;
+        let mut next = move || {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            state >> 33
+        };
+        for _ in 0..200_000 {
+            let n = (next() % 19) as usize;
+            let m = if next() % 3 == 0 {
+                (next() % 19) as usize
+            } else {
+                n
+            };
+            let a: Vec<u8> = (0..n).map(|_| b'f' + (next() % 2) as u8).collect();
+            let b: Vec<u8> = (0..m).map(|_| b'f' + (next() % 2) as u8).collect();
+            assert_eq!(ascending(&a, &b), a < b, "{a:?} < {b:?}");
+            assert_eq!(ascending(&b, &a), b < a, "{b:?} < {a:?}");
+            assert!(!ascending(&a, &a), "{a:?} < itself");
+        }
+    }
 }
