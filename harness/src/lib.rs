@@ -13,3 +13,4 @@ pub mod recipe;
 pub mod report;
 pub mod runner;
 pub mod suite;
+pub mod trace;

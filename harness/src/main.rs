@@ -6,10 +6,11 @@ use harness::adapter::{
     Implementation, Limits, Subprocess, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_FAILURES,
     DEFAULT_TIMEOUT,
 };
+use harness::report::diff::{FailOn, ReportDiff};
 use harness::report::{Expectations, Report, SuiteInfo};
 use harness::runner::{run_all, scratch_dir, Verdict};
 use harness::suite::{lint, Layout};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -71,12 +72,62 @@ enum Command {
         /// The file.
         file: PathBuf,
     },
+    /// A clause's text, source, basis, cases and verdicts (of the reports
+    /// given, else of the bundled reference, run on those cases now); with
+    /// --uncovered, every clause no case covers (exit 1 if one is not waived).
+    Trace {
+        /// The clause id (a key of spec-map.toml).
+        #[arg(required_unless_present = "uncovered")]
+        clause: Option<String>,
+        /// List the clauses without cases: waived, with their reasons, and not.
+        #[arg(long, conflicts_with = "clause")]
+        uncovered: bool,
+        /// Verdicts from this report.json instead of a run of the reference (repeatable).
+        #[arg(long)]
+        report: Vec<PathBuf>,
+        /// Repository root.
+        #[arg(long)]
+        root: Option<PathBuf>,
+    },
+    /// Work with written reports (report.json).
+    Report {
+        #[command(subcommand)]
+        command: ReportCommand,
+    },
     /// Regenerate fixtures/golden/ with the reference (never done by a test).
     Golden {
         /// Repository root.
         #[arg(long)]
         root: Option<PathBuf>,
     },
+}
+
+#[derive(Subcommand)]
+enum ReportCommand {
+    /// What changed from OLD to NEW (two report.json files), trial by trial
+    /// and clause by clause: Markdown on stdout, for a pull request.
+    Diff {
+        /// The earlier run's report.json (e.g. the base branch's).
+        old: PathBuf,
+        /// The later run's report.json.
+        new: PathBuf,
+        /// Also write the diff as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Also write the Markdown to this file.
+        #[arg(long)]
+        markdown: Option<PathBuf>,
+        /// When to exit with 1: something got worse, anything changed, or never.
+        #[arg(long, value_enum, default_value_t = FailOnArg::Worse)]
+        fail_on: FailOnArg,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum FailOnArg {
+    Worse,
+    Any,
+    Never,
 }
 
 fn layout(root: Option<PathBuf>) -> Layout {
@@ -130,6 +181,22 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         }
+        Command::Trace {
+            clause,
+            uncovered,
+            report,
+            root,
+        } => trace(layout(root), clause, uncovered, &report),
+        Command::Report {
+            command:
+                ReportCommand::Diff {
+                    old,
+                    new,
+                    json,
+                    markdown,
+                    fail_on,
+                },
+        } => report_diff(&old, &new, json, markdown, fail_on),
         Command::Golden { root } => match harness::golden::regenerate(&layout(root)) {
             Ok(written) => {
                 for w in written {
@@ -252,6 +319,142 @@ fn run(
         eprintln!("harness: expectation names no trial: {u}");
     }
     if report.has_unexpected() || !unknown.is_empty() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn trace(layout: Layout, clause: Option<String>, uncovered: bool, reports: &[PathBuf]) -> ExitCode {
+    let loaded = layout
+        .spec_map()
+        .and_then(|spec| Ok((spec, layout.suites()?)));
+    let (spec, suites) = match loaded {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            eprintln!("harness: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if uncovered {
+        let (text, bare) = harness::trace::uncovered(&spec, &suites);
+        print!("{text}");
+        return if bare > 0 {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        };
+    }
+    let id = clause.unwrap_or_default();
+    if !spec.contains_key(&id) {
+        // The same message as below, without running anything.
+        if let Err(e) = harness::trace::clause(&spec, &suites, &id, &[]) {
+            eprintln!("harness: {e}");
+        }
+        return ExitCode::from(2);
+    }
+    let mut loaded = Vec::new();
+    for path in reports {
+        match std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|text| Report::from_json(&text))
+        {
+            Ok(r) => loaded.push(r),
+            Err(e) => {
+                eprintln!("harness: {}: {e}", path.display());
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if loaded.is_empty() {
+        let cases: Vec<(String, String)> = harness::trace::covering(&suites, &id)
+            .iter()
+            .map(|c| (c.module.to_owned(), c.case.id.clone()))
+            .collect();
+        let workdir = scratch_dir("trace");
+        let mut imp = Reference::new();
+        let mut reference = Reference::new();
+        let results = harness::runner::run_selected(
+            &layout,
+            &mut imp,
+            &mut reference,
+            &workdir,
+            |suite, case, _| {
+                cases
+                    .iter()
+                    .any(|(m, c)| *m == suite.module && *c == case.id)
+            },
+            |_| {},
+        );
+        let _ = std::fs::remove_dir_all(&workdir);
+        match results {
+            Ok(results) => loaded.push(Report::new(
+                imp.describe().clone(),
+                suites.iter().map(SuiteInfo::of).collect(),
+                results,
+                &Expectations::default(),
+            )),
+            Err(e) => {
+                eprintln!("harness: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    match harness::trace::clause(&spec, &suites, &id, &loaded) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("harness: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn report_diff(
+    old: &Path,
+    new: &Path,
+    json: Option<PathBuf>,
+    markdown: Option<PathBuf>,
+    fail_on: FailOnArg,
+) -> ExitCode {
+    let load = |path: &Path| {
+        std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|text| Report::from_json(&text))
+            .map_err(|e| format!("{}: {e}", path.display()))
+    };
+    let (old, new) = match (load(old), load(new)) {
+        (Ok(old), Ok(new)) => (old, new),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("harness: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let diff = ReportDiff::between(&old, &new);
+    let md = diff.to_markdown();
+    print!("{md}");
+    for (path, text) in [(json, diff.to_json()), (markdown, md)] {
+        if let Some(path) = path {
+            if let Err(e) = std::fs::write(&path, text) {
+                eprintln!("harness: cannot write {}: {e}", path.display());
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let fail_on = match fail_on {
+        FailOnArg::Worse => FailOn::Worse,
+        FailOnArg::Any => FailOn::Any,
+        FailOnArg::Never => FailOn::Never,
+    };
+    eprintln!(
+        "harness: {} worse, {} better, {} trials changed",
+        diff.worse,
+        diff.better,
+        diff.changed.len()
+    );
+    if diff.fails(fail_on) {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

@@ -483,6 +483,27 @@ pub fn run_all(
     reference: &mut dyn Implementation,
     workdir: &Path,
     filter: Option<&str>,
+    progress: impl FnMut(&TrialResult),
+) -> Result<Vec<TrialResult>, String> {
+    run_selected(
+        layout,
+        imp,
+        reference,
+        workdir,
+        |suite, case, direction| {
+            filter.is_none_or(|f| trial_name(&suite.module, &case.id, direction).contains(f))
+        },
+        progress,
+    )
+}
+
+/// Runs every trial that `select` takes, in suite order.
+pub fn run_selected(
+    layout: &Layout,
+    imp: &mut dyn Implementation,
+    reference: &mut dyn Implementation,
+    workdir: &Path,
+    select: impl Fn(&Suite, &Case, Direction) -> bool,
     mut progress: impl FnMut(&TrialResult),
 ) -> Result<Vec<TrialResult>, String> {
     let mut ctx = Context {
@@ -492,7 +513,7 @@ pub fn run_all(
     };
     let mut results = Vec::new();
     for (suite, case, direction) in trials(layout)? {
-        if filter.is_some_and(|f| !trial_name(&suite.module, &case.id, direction).contains(f)) {
+        if !select(&suite, &case, direction) {
             continue;
         }
         imp.begin_trial(&trial_name(&suite.module, &case.id, direction));

@@ -379,18 +379,24 @@ fn verdict_label(e: &ResultEntry) -> String {
 
 /// A fenced block longer than any run of backticks inside.
 fn fenced(out: &mut String, body: &str) {
+    let fence = fence_for(body);
+    let _ = writeln!(
+        out,
+        "{fence}text\n{}\n{fence}\n",
+        body.trim_end_matches('\n')
+    );
+}
+
+/// A code fence longer than any run of backticks in `body` (at least three),
+/// so nothing inside can end it.
+pub(super) fn fence_for(body: &str) -> String {
     let mut longest = 0;
     let mut run = 0;
     for c in body.chars() {
         run = if c == '`' { run + 1 } else { 0 };
         longest = longest.max(run);
     }
-    let fence = "`".repeat((longest + 1).max(3));
-    let _ = writeln!(
-        out,
-        "{fence}text\n{}\n{fence}\n",
-        body.trim_end_matches('\n')
-    );
+    "`".repeat((longest + 1).max(3))
 }
 
 /// Inline code that survives a table cell.

@@ -12,7 +12,8 @@
 //!   details and a per-clause coverage table, for pull requests
 //!   (`report.md`); deterministic, so it can be snapshot-tested;
 //! - [`Report::to_html`]: a self-contained page with the clause by
-//!   implementation matrix, for one or several reports (`report.html`).
+//!   implementation matrix, for one or several reports (`report.html`);
+//! - [`diff::ReportDiff`]: what changed between two reports, for review.
 //!
 //! Outcomes: a trial's [`Verdict`] is the harness's judgement; its
 //! [`Outcome`] adds the expectations. A failure (fail or error) named in the
@@ -26,6 +27,7 @@
 //! A clause no case covers is `waived` when the spec map gives a waiver and
 //! `not covered` otherwise (an alarm for a `must`).
 
+pub mod diff;
 mod html;
 mod junit;
 mod markdown;
@@ -630,7 +632,7 @@ fn escape_xml(text: &str, attribute: bool) -> String {
 }
 
 /// The first line of a detail, shortened to `max` characters.
-fn first_line(text: &str, max: usize) -> String {
+pub(crate) fn first_line(text: &str, max: usize) -> String {
     let line = text
         .lines()
         .find(|l| !l.trim().is_empty())

@@ -856,3 +856,97 @@ fn without_decisions_no_form_mentions_them() {
     assert!(!report.to_junit().contains("decision"));
     assert!(!report.to_markdown(&spec).contains("## Decisions"));
 }
+
+/// The diff's ranks: pass > pass without a clause > expected failure and
+/// unsupported > unexpected; a new failing trial is worse; a refusal's
+/// reworded message is listed; a clause that loses its passing trial is worse.
+#[test]
+fn diff_ranks_changes_and_lists_added_trials_and_messages() {
+    let refusal = |verdict, detail: &str| {
+        let mut t = trial(
+            "refuse",
+            Direction::Write,
+            Kind::WriteRefusal,
+            &["r.refuse"],
+            verdict,
+            detail,
+        );
+        t.expected_clause = Some("r.refuse".into());
+        t
+    };
+    let basic = |verdict| {
+        trial(
+            "basic",
+            Direction::Read,
+            Kind::RoundTrip,
+            &["a.pass"],
+            verdict,
+            "",
+        )
+    };
+    let report = |results, expectations: &Expectations| {
+        Report::new(description(), Vec::new(), results, expectations)
+    };
+    let old = report(
+        vec![
+            refusal(Verdict::Pass, "[r.refuse] units missing"),
+            basic(Verdict::Fail),
+        ],
+        &Expectations::default(),
+    );
+    let new = report(
+        vec![
+            refusal(Verdict::PassUnnamed, "units are missing"),
+            basic(Verdict::Pass),
+            trial(
+                "fresh",
+                Direction::Write,
+                Kind::RoundTrip,
+                &["a.pass"],
+                Verdict::Error,
+                "crashed",
+            ),
+        ],
+        &Expectations::default(),
+    );
+    let d = diff::ReportDiff::between(&old, &new);
+    let directions: Vec<(&str, diff::Direction)> = d
+        .changed
+        .iter()
+        .map(|c| (c.trial.as_str(), c.direction))
+        .collect();
+    assert_eq!(
+        directions,
+        [
+            ("collection::basic::read", diff::Direction::Better),
+            ("collection::refuse::write", diff::Direction::Worse),
+        ]
+    );
+    assert_eq!(d.added.len(), 1);
+    assert_eq!(d.messages.len(), 1);
+    assert_eq!(d.messages[0].new, "units are missing");
+    // a.pass: 0/1 -> 1/2 (better rank 1 -> 2); r.refuse: pass both times.
+    assert_eq!(d.clauses.len(), 1, "{:?}", d.clauses);
+    assert_eq!(d.clauses[0].direction, diff::Direction::Better);
+    // Worse: the unnamed refusal and the added error.
+    assert_eq!((d.worse, d.better), (2, 2));
+    assert!(d.fails(diff::FailOn::Worse));
+    assert!(!d.fails(diff::FailOn::Never));
+    let md = d.to_markdown();
+    assert!(
+        md.contains("-    [r.refuse] units missing\n+    units are missing\n"),
+        "{md}"
+    );
+
+    // An expected failure that becomes unsupported is neither.
+    let known = Expectations::parse(
+        "[[expected-failure]]\ncase = \"collection::basic::read\"\nreason = \"known\"\n",
+    )
+    .expect("expectations");
+    let old = report(vec![basic(Verdict::Fail)], &known);
+    let new = report(vec![basic(Verdict::Unsupported)], &known);
+    let d = diff::ReportDiff::between(&old, &new);
+    assert_eq!(d.changed[0].direction, diff::Direction::Other);
+    assert!(!d.fails(diff::FailOn::Worse));
+    assert!(d.fails(diff::FailOn::Any));
+}

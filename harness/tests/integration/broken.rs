@@ -519,3 +519,94 @@ fn a_reader_handing_back_an_undefined_cells_stored_vectors_is_caught() {
         ],
     );
 }
+
+/// `harness report diff` of the reference's run against a run with one rule
+/// broken lists exactly the trials the broken rule fails, as worse, and
+/// exits 1 with `--fail-on worse` (0 with `never`, 0 for a run against
+/// itself).
+#[test]
+fn report_diff_lists_exactly_the_trials_a_broken_rule_changes() {
+    use harness::report::{Expectations, Report};
+    let report = |imp: &mut dyn Implementation, tag: &str| {
+        let results = run_everything(imp, tag);
+        Report::new(
+            imp.describe().clone(),
+            Vec::new(),
+            results,
+            &Expectations::default(),
+        )
+    };
+    let old = report(&mut Reference::new(), "diff-old");
+    let new = report(
+        &mut Broken {
+            inner: Reference::new(),
+            fault: Fault::PrefixSumOffByOne,
+        },
+        "diff-new",
+    );
+    assert_eq!(
+        old.summary.unexpected(),
+        0,
+        "the reference passes everything"
+    );
+    let broken: Vec<String> = new
+        .results
+        .iter()
+        .filter(|e| !e.result.verdict.passed())
+        .map(|e| e.result.trial.clone())
+        .collect();
+    assert!(!broken.is_empty());
+    let dir = harness::runner::scratch_dir("report-diff");
+    std::fs::create_dir_all(&dir).expect("scratch");
+    let (old_path, new_path) = (dir.join("old.json"), dir.join("new.json"));
+    std::fs::write(&old_path, old.to_json()).expect("old.json");
+    std::fs::write(&new_path, new.to_json()).expect("new.json");
+    let diff = |a: &Path, b: &Path, fail_on: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_harness"))
+            .args(["report", "diff"])
+            .args([a, b])
+            .args(["--fail-on", fail_on, "--json"])
+            .arg(dir.join("diff.json"))
+            .output()
+            .expect("harness runs")
+    };
+    let out = diff(&old_path, &new_path, "worse");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let md = String::from_utf8_lossy(&out.stdout);
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("diff.json")).expect("diff.json"))
+            .expect("JSON");
+    let changed: Vec<&str> = json["changed"]
+        .as_array()
+        .expect("changed")
+        .iter()
+        .map(|c| {
+            assert_eq!(c["direction"], "worse", "{c}");
+            c["trial"].as_str().expect("trial")
+        })
+        .collect();
+    assert_eq!(changed, broken, "{md}");
+    for trial in &broken {
+        assert!(md.contains(&format!("| `{trial}` | pass | fail |")), "{md}");
+    }
+    assert_eq!(
+        json["worse"].as_u64(),
+        Some(
+            broken.len() as u64
+                + json["clauses"]
+                    .as_array()
+                    .expect("clauses")
+                    .iter()
+                    .filter(|c| c["direction"] == "worse")
+                    .count() as u64
+        )
+    );
+    assert!(json["added"].as_array().expect("added").is_empty());
+    assert!(json["removed"].as_array().expect("removed").is_empty());
+    assert_eq!(diff(&old_path, &new_path, "never").status.code(), Some(0));
+    let same = diff(&old_path, &old_path, "any");
+    assert_eq!(same.status.code(), Some(0), "{same:?}");
+    assert!(String::from_utf8_lossy(&same.stdout)
+        .contains("No trial, clause or refusal message changed."));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -53,3 +53,89 @@ fn expectations_naming_no_case_are_an_error() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("no-such-case"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `harness trace CLAUSE` prints the clause's text, its cases and the
+/// reference's verdicts on them; `--uncovered` lists what no case covers;
+/// an unknown id is a usage error naming the ids close to it.
+#[test]
+fn trace_shows_a_clause_its_cases_and_verdicts() {
+    let harness = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_harness"))
+            .args(args)
+            .output()
+            .expect("harness runs")
+    };
+    let out = harness(&["trace", "lmdb.index.prefix-sum"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(text.starts_with("lmdb.index.prefix-sum: must\n"), "{text}");
+    assert!(
+        text.contains("  source: 000 LMDB binding > index"),
+        "{text}"
+    );
+    assert!(
+        text.contains("exclusive prefix sum of `n_frames`"),
+        "{text}"
+    );
+    assert!(
+        text.contains("collection::read-refuse-index-prefix-sum (read-refusal, refusal naming lmdb.index.prefix-sum)"),
+        "{text}"
+    );
+    let verdicts = text
+        .split("verdicts of molrec-reference")
+        .nth(1)
+        .expect("verdicts");
+    let trials: Vec<&str> = verdicts.lines().skip(1).filter(|l| !l.is_empty()).collect();
+    assert!(!trials.is_empty(), "{text}");
+    for line in trials {
+        assert!(line.trim_end().ends_with(" pass"), "{line}");
+    }
+
+    let out = harness(&["trace", "--uncovered"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(text.contains(" 0 neither covered nor waived"), "{text}");
+    assert!(
+        text.contains("  lmdb.file.suffix (must, 000 LMDB binding > The file): "),
+        "{text}"
+    );
+
+    let out = harness(&["trace", "prefix-sum"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("no clause `prefix-sum`; close: lmdb.index.prefix-sum"),
+        "{out:?}"
+    );
+}
+
+/// The forge workflow's commands (`.github/workflows/ci.yml`), as it runs
+/// them: the suite against the bundled reference with its reports, then
+/// the report diffed against a base run (here: itself).
+#[test]
+fn the_workflow_commands_run_the_suite_and_diff_its_report() {
+    let dir = harness::runner::scratch_dir("workflow-commands");
+    let out = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["run", "--report"])
+        .arg(&dir)
+        .output()
+        .expect("harness runs");
+    assert!(out.status.success(), "{out:?}");
+    for name in ["report.json", "junit.xml", "report.md", "report.html"] {
+        assert!(dir.join(name).is_file(), "{name}");
+    }
+    let report = dir.join("report.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["report", "diff"])
+        .args([&report, &report])
+        .args(["--fail-on", "never"])
+        .output()
+        .expect("harness runs");
+    assert!(out.status.success(), "{out:?}");
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        md.starts_with("## Conformance diff: molrec-reference "),
+        "{md}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
