@@ -2,10 +2,12 @@
 //!
 //! Index:
 //! - `broken`: implementations that each break one rule are caught by the
-//!   cases covering that rule, and pass the rest.
+//!   cases covering that rule, and pass the rest; `harness report diff`
+//!   lists exactly the trials one broken rule changes.
 //! - `corrupt`: `harness inspect` on files with damaged LMDB pages ends in
 //!   findings, never a signal or a hang.
-//! - `cli`: the command line writes the four reports; expectations are checked.
+//! - `cli`: the command line writes the four reports; expectations are
+//!   checked; `harness trace` shows a clause, its cases and verdicts.
 //!   (The Python template adapter's run is `tests/python_adapter.rs`, a
 //!   driver that reports it ignored where `python3` lacks what it needs.)
 //! - `hostile`: an adapter that hangs is given up after three timeouts, a
@@ -13,9 +15,12 @@
 //!   is an error naming it.
 //! - `subprocess`: the reference as a subprocess gives the same verdicts as
 //!   in process.
-//! - `snapshots`: the reference's Markdown report and refusal messages.
+//! - `snapshots`: the reference's Markdown report and refusal messages; a
+//!   reworded refusal message is a snapshot diff of its one line.
 //! - `spec_map`: every `must` clause is covered by a passing case or waived;
 //!   every clause the reference names is in the map.
+//! - `workflow`: the forge's CI workflow parses and runs only commands that
+//!   `.ci/run` or these tests also run.
 
 mod broken;
 mod cli;
@@ -25,3 +30,4 @@ mod hostile;
 mod snapshots;
 mod spec_map;
 mod subprocess;
+mod workflow;

@@ -3,9 +3,12 @@
 
 use crate::common::run_everything;
 use harness::adapter::reference::Reference;
-use harness::adapter::Implementation;
+use harness::adapter::{Description, Implementation, Outcome};
 use harness::report::{Expectations, Report, SuiteInfo};
+use harness::runner::TrialResult;
 use harness::suite::Layout;
+use serde_json::Value;
+use std::path::Path;
 
 #[test]
 fn reference_markdown_report() {
@@ -33,15 +36,112 @@ fn reference_markdown_report() {
 #[test]
 fn reference_refusal_messages() {
     let results = run_everything(&mut Reference::new(), "snapshot-refusals");
-    let mut lines = Vec::new();
-    for r in results.iter().filter(|r| r.expected_clause.is_some()) {
-        lines.push(format!(
-            "{}\n    {}",
-            r.trial,
-            r.detail.replace('\n', "\n    ")
-        ));
-    }
+    let lines = refusal_lines(&results);
     insta::assert_snapshot!("reference_refusals", lines.join("\n"));
+}
+
+/// One entry per refusal trial: its name, then its detail, indented.
+fn refusal_lines(results: &[TrialResult]) -> Vec<String> {
+    results
+        .iter()
+        .filter(|r| r.expected_clause.is_some())
+        .map(|r| format!("{}\n    {}", r.trial, r.detail.replace('\n', "\n    ")))
+        .collect()
+}
+
+/// The reference, with the message of one refusal reworded (the clause it
+/// names stays).
+struct Reworded {
+    inner: Reference,
+    trial: String,
+}
+
+const MISSING_UNITS: &str = "collection::refuse-no-units::write";
+const REWORDED: &str = " (reworded)";
+
+impl Implementation for Reworded {
+    fn describe(&self) -> &Description {
+        self.inner.describe()
+    }
+    fn write(&mut self, collection: &Value, path: &Path) -> Outcome<()> {
+        match self.inner.write(collection, path) {
+            Outcome::Refused { clause, message } if self.trial == MISSING_UNITS => {
+                Outcome::Refused {
+                    message: format!("{message}{REWORDED}"),
+                    clause,
+                }
+            }
+            other => other,
+        }
+    }
+    fn read(&mut self, path: &Path) -> Outcome<Value> {
+        self.inner.read(path)
+    }
+    fn begin_trial(&mut self, trial: &str) {
+        self.trial = trial.to_owned();
+    }
+}
+
+/// A reworded refusal message fails the refusal snapshot (CONTRIBUTING.md:
+/// a behaviour change is a snapshot diff to review), and the diff a
+/// reviewer sees is that message's one line, old and new.
+#[test]
+fn a_reworded_refusal_message_is_a_snapshot_diff() {
+    // While snapshots are being accepted (CONTRIBUTING.md) the committed
+    // one is being rewritten, and there is nothing to prove.
+    let accepting = ["INSTA_FORCE_PASS", "INSTA_UPDATE"]
+        .iter()
+        .any(|v| std::env::var(v).is_ok_and(|x| x == "1" || x == "always"));
+    if accepting {
+        return;
+    }
+    let results = run_everything(
+        &mut Reworded {
+            inner: Reference::new(),
+            trial: String::new(),
+        },
+        "snapshot-reworded",
+    );
+    let lines = refusal_lines(&results);
+    let changed = lines.join("\n");
+    // The committed snapshot's content: what follows its header.
+    let name = "integration__snapshots__reference_refusals.snap";
+    let committed_file = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/integration/snapshots")
+        .join(name);
+    let committed_text = std::fs::read_to_string(&committed_file).expect("committed snapshot");
+    let committed = committed_text
+        .splitn(3, "---\n")
+        .nth(2)
+        .expect("a snapshot header")
+        .trim_end();
+    let diff = similar::TextDiff::from_lines(committed, changed.as_str());
+    let edits: Vec<String> = diff
+        .iter_all_changes()
+        .filter(|c| c.tag() != similar::ChangeTag::Equal)
+        .map(|c| format!("{}{}", c.tag(), c.value().trim_end()))
+        .collect();
+    let [old, new] = &edits[..] else {
+        panic!("one line should change, in {MISSING_UNITS}: {edits:#?}");
+    };
+    assert!(
+        old.starts_with("-    [collection.meta.units-required] "),
+        "{old}"
+    );
+    assert_eq!(new, &format!("+{}{REWORDED}", &old[1..]));
+    // And insta fails on it: against a copy of the committed snapshot in a
+    // scratch directory, so nothing is written beside the real one.
+    let scratch = harness::runner::scratch_dir("snapshot-reworded-copy");
+    std::fs::create_dir_all(&scratch).expect("scratch");
+    std::fs::copy(&committed_file, scratch.join(name)).expect("copy");
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path(&scratch);
+    let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        settings.bind(|| insta::assert_snapshot!("reference_refusals", lines.join("\n")));
+    }))
+    .is_err();
+    let _ = std::fs::remove_dir_all(&scratch);
+    assert!(failed, "insta accepted a reworded refusal message");
 }
 
 /// Each golden file reads back, through the reference, exactly as the dump
