@@ -355,13 +355,10 @@ fn trace(layout: Layout, clause: Option<String>, uncovered: bool, reports: &[Pat
     }
     let mut loaded = Vec::new();
     for path in reports {
-        match std::fs::read_to_string(path)
-            .map_err(|e| e.to_string())
-            .and_then(|text| Report::from_json(&text))
-        {
+        match load_report(path) {
             Ok(r) => loaded.push(r),
             Err(e) => {
-                eprintln!("harness: {}: {e}", path.display());
+                eprintln!("harness: {e}");
                 return ExitCode::from(2);
             }
         }
@@ -412,6 +409,14 @@ fn trace(layout: Layout, clause: Option<String>, uncovered: bool, reports: &[Pat
     }
 }
 
+/// A report.json, or what is wrong with it, naming the file.
+fn load_report(path: &Path) -> Result<Report, String> {
+    std::fs::read_to_string(path)
+        .map_err(|e| e.to_string())
+        .and_then(|text| Report::from_json(&text))
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
 fn report_diff(
     old: &Path,
     new: &Path,
@@ -419,13 +424,7 @@ fn report_diff(
     markdown: Option<PathBuf>,
     fail_on: FailOnArg,
 ) -> ExitCode {
-    let load = |path: &Path| {
-        std::fs::read_to_string(path)
-            .map_err(|e| e.to_string())
-            .and_then(|text| Report::from_json(&text))
-            .map_err(|e| format!("{}: {e}", path.display()))
-    };
-    let (old, new) = match (load(old), load(new)) {
+    let (old, new) = match (load_report(old), load_report(new)) {
         (Ok(old), Ok(new)) => (old, new),
         (Err(e), _) | (_, Err(e)) => {
             eprintln!("harness: {e}");

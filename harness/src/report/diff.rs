@@ -337,7 +337,7 @@ impl ReportDiff {
             (clauses(Direction::Worse), clauses(Direction::Better));
         let _ = writeln!(
             md,
-            "**{} worse** ({} trials, {} clauses), **{} better** ({} trials, {} clauses). Trials changed: {}, added: {}, removed: {}. Clauses changed: {}. Refusal messages changed: {}.\n",
+            "**{} worse** (trials: {}, clauses: {}), **{} better** (trials: {}, clauses: {}). Trials changed: {}, added: {}, removed: {}. Clauses changed: {}. Refusal messages changed: {}.\n",
             self.worse,
             self.worse - worse_clauses,
             worse_clauses,

@@ -139,3 +139,80 @@ fn the_workflow_commands_run_the_suite_and_diff_its_report() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Every trial or case name the docs quote (`collection::case` or
+/// `collection::case::direction`) exists, and docs/adapters.md's
+/// expectations example parses and names only real trials, so copying it
+/// works.
+#[test]
+fn trial_names_in_the_docs_exist() {
+    use harness::report::Expectations;
+    use harness::runner::{trial_name, trials};
+    use harness::suite::Layout;
+    let layout = Layout::repository();
+    let names: Vec<String> = trials(&layout)
+        .expect("suites")
+        .iter()
+        .map(|(suite, case, direction)| trial_name(&suite.module, &case.id, *direction))
+        .collect();
+    let known = |quoted: &str| {
+        names.iter().any(|n| {
+            n == quoted
+                || n.strip_prefix(quoted)
+                    .is_some_and(|rest| rest.starts_with("::"))
+        })
+    };
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut docs = vec![root.join("README.md"), root.join("CONTRIBUTING.md")];
+    for entry in std::fs::read_dir(root.join("docs")).expect("docs/") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "md") {
+            docs.push(path);
+        }
+    }
+    let mut checked = 0;
+    for doc in &docs {
+        let text = std::fs::read_to_string(doc).expect("doc");
+        for (at, _) in text.match_indices("collection::") {
+            let quoted: String = text[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | ':'))
+                .collect();
+            let quoted = quoted.trim_end_matches(':');
+            // `collection::<case>::...` placeholders and libtest filter
+            // prefixes (`collection::refuse`) are not names.
+            if quoted == "collection" || text[at + quoted.len()..].starts_with('<') {
+                continue;
+            }
+            let is_filter = text[..at].ends_with("-- ");
+            if is_filter {
+                assert!(
+                    names.iter().any(|n| n.starts_with(quoted)),
+                    "{}: filter `{quoted}` selects nothing",
+                    doc.display()
+                );
+                continue;
+            }
+            assert!(
+                known(quoted),
+                "{}: `{quoted}` is no trial or case",
+                doc.display()
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 3, "only {checked} names checked");
+    let adapters = std::fs::read_to_string(root.join("docs/adapters.md")).expect("adapters.md");
+    let example = adapters
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("the expectations example");
+    let expectations = Expectations::parse(example).expect("the example parses");
+    assert_eq!(expectations.len(), 2);
+    assert!(
+        expectations.unknown(&names).is_empty(),
+        "{:?}",
+        expectations.unknown(&names)
+    );
+}
