@@ -8,7 +8,9 @@
 pub mod adapter;
 pub mod golden;
 pub mod inspect;
+pub mod interop;
 pub mod judge;
+pub mod many;
 pub mod recipe;
 pub mod report;
 pub mod runner;

@@ -6,10 +6,13 @@ use harness::adapter::{
     Implementation, Limits, Subprocess, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_FAILURES,
     DEFAULT_TIMEOUT,
 };
-use harness::report::diff::{FailOn, ReportDiff};
-use harness::report::{Expectations, Report, SuiteInfo};
-use harness::runner::{run_all, scratch_dir, Verdict};
+use harness::many::{run_many, Boxed, Named, Progress};
+use harness::report::diff::{FailOn, RunDiff};
+use harness::report::run::RunReport;
+use harness::report::{Expectations, Outcome, Report, SuiteInfo};
+use harness::runner::{scratch_dir, Verdict};
 use harness::suite::{lint, Layout};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -28,14 +31,24 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the suites and write the reports.
+    /// Run the suites against the bundled reference and every adapter
+    /// given, side by side, then writer × reader interop between them, and
+    /// write the reports.
     Run {
-        /// The implementation as a command speaking docs/adapters.md (default: the bundled reference, in process).
+        /// An implementation under test: `NAME=COMMAND`, or `COMMAND` (named
+        /// by its greeting), a command speaking docs/adapters.md. Repeatable;
+        /// the bundled reference (`molrec-reference`) always runs too.
+        #[arg(long = "adapter", value_name = "[NAME=]COMMAND")]
+        adapters: Vec<String>,
+        /// Known failures of one implementation: `NAME=FILE`, or `FILE` for
+        /// the only adapter (the reference when there is none). TOML:
+        /// [[expected-failure]] case = "...", reason = "...". Repeatable.
+        #[arg(long, value_name = "[NAME=]FILE")]
+        expectations: Vec<String>,
+        /// No writer × reader interop trials (they run when two or more
+        /// implementations take part).
         #[arg(long)]
-        adapter: Option<String>,
-        /// Known failures (TOML: [[expected-failure]] case = "...", reason = "...").
-        #[arg(long)]
-        expectations: Option<PathBuf>,
+        no_interop: bool,
         /// Directory for report.json, junit.xml, report.md, report.html.
         #[arg(long)]
         report: Option<PathBuf>,
@@ -104,6 +117,23 @@ enum Command {
 
 #[derive(Subcommand)]
 enum ReportCommand {
+    /// One report of several runs (other machines, other days): every
+    /// implementation side by side, the interop trials of each run; the
+    /// four reports written into --out.
+    Merge {
+        /// The runs' report.json files.
+        #[arg(required = true)]
+        reports: Vec<PathBuf>,
+        /// Directory for report.json, junit.xml, report.md, report.html.
+        #[arg(long)]
+        out: PathBuf,
+        /// Merge runs of different suite versions (refused by default).
+        #[arg(long)]
+        allow_suite_mismatch: bool,
+        /// Repository root holding spec-map.toml.
+        #[arg(long)]
+        root: Option<PathBuf>,
+    },
     /// What changed from OLD to NEW (two report.json files), trial by trial
     /// and clause by clause: Markdown on stdout, for a pull request.
     Diff {
@@ -138,8 +168,9 @@ fn layout(root: Option<PathBuf>) -> Layout {
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Run {
-            adapter,
+            adapters,
             expectations,
+            no_interop,
             report,
             filter,
             timeout,
@@ -154,7 +185,15 @@ fn main() -> ExitCode {
                 max_answer_bytes: max_answer_mib.saturating_mul(1 << 20),
                 deadline: deadline.map(Duration::from_secs),
             };
-            run(layout(root), adapter, expectations, report, filter, limits)
+            run(
+                layout(root),
+                &adapters,
+                &expectations,
+                !no_interop,
+                report,
+                filter,
+                limits,
+            )
         }
         Command::Lint { root } => {
             let problems = lint(&layout(root));
@@ -189,6 +228,15 @@ fn main() -> ExitCode {
         } => trace(layout(root), clause, uncovered, &report),
         Command::Report {
             command:
+                ReportCommand::Merge {
+                    reports,
+                    out,
+                    allow_suite_mismatch,
+                    root,
+                },
+        } => report_merge(layout(root), &reports, &out, allow_suite_mismatch),
+        Command::Report {
+            command:
                 ReportCommand::Diff {
                     old,
                     new,
@@ -212,64 +260,111 @@ fn main() -> ExitCode {
     }
 }
 
+/// The bundled reference's name in reports.
+const REFERENCE: &str = "molrec-reference";
+
+/// `NAME=VALUE` when what stands before the first `=` is a plain name
+/// (letters, digits, `-`, `_`, `.`), else `(None, VALUE)`.
+fn named(arg: &str) -> (Option<&str>, &str) {
+    match arg.split_once('=') {
+        Some((name, value))
+            if !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) =>
+        {
+            (Some(name), value)
+        }
+        _ => (None, arg),
+    }
+}
+
 fn run(
     layout: Layout,
-    adapter: Option<String>,
-    expectations: Option<PathBuf>,
+    adapters: &[String],
+    expectation_args: &[String],
+    interop: bool,
     report_dir: Option<PathBuf>,
     filter: Option<String>,
     limits: Limits,
 ) -> ExitCode {
-    let expectations = match expectations.map(std::fs::read_to_string) {
-        None => Expectations::default(),
-        Some(Ok(text)) => match Expectations::parse(&text) {
-            Ok(e) => e,
+    let workdir = scratch_dir("run");
+    end_adapters_on_signals(workdir.clone());
+    let mut imps: Vec<Boxed> = vec![Box::new(Reference::new())];
+    let mut names: Vec<String> = vec![REFERENCE.to_owned()];
+    for arg in adapters {
+        let (name, command) = named(arg);
+        let spawned = match Subprocess::spawn_with(command, limits) {
+            Ok(s) => s,
             Err(e) => {
-                eprintln!("harness: expectations: {e}");
+                eprintln!("harness: cannot start `{command}`: {e}");
                 return ExitCode::from(2);
             }
-        },
-        Some(Err(e)) => {
+        };
+        let name = match name {
+            Some(name) if names.iter().any(|n| n == name) || name == "reference" => {
+                eprintln!("harness: two implementations are called `{name}`");
+                return ExitCode::from(2);
+            }
+            Some(name) => name.to_owned(),
+            // Named by its greeting; a name taken already gets a number.
+            None => {
+                let greeted = spawned.describe().name.clone();
+                let mut name = greeted.clone();
+                let mut n = 1;
+                while names.contains(&name) {
+                    n += 1;
+                    name = format!("{greeted}-{n}");
+                }
+                if name != greeted {
+                    eprintln!("harness: `{command}` greets as `{greeted}`, a name taken: called `{name}` (name it with --adapter NAME=COMMAND)");
+                }
+                name
+            }
+        };
+        names.push(name.clone());
+        imps.push(Box::new(Named::new(&name, Box::new(spawned))));
+    }
+    let expectations = match expectations_by_name(expectation_args, &names) {
+        Ok(e) => e,
+        Err(e) => {
             eprintln!("harness: expectations: {e}");
             return ExitCode::from(2);
         }
     };
-    let workdir = scratch_dir("run");
-    end_adapters_on_signals(workdir.clone());
-    let mut imp: Box<dyn Implementation> = match adapter {
-        None => Box::new(Reference::new()),
-        Some(cmd) => match Subprocess::spawn_with(&cmd, limits) {
-            Ok(s) => Box::new(s),
-            Err(e) => {
-                eprintln!("harness: cannot start `{cmd}`: {e}");
-                return ExitCode::from(2);
-            }
-        },
+    let many = names.len() > 1;
+    for imp in &imps {
+        let d = imp.describe();
+        println!("running the suites against {} {}", d.name, d.version);
+    }
+    let print = |p: Progress<'_>| {
+        let (name, trial, verdict) = match p {
+            Progress::Own(name, r) => (name, r.trial.as_str(), r.verdict),
+            Progress::Interop(r) => ("interop", r.trial.as_str(), r.verdict),
+        };
+        let mark = match verdict {
+            Verdict::Pass => "ok",
+            Verdict::PassUnnamed => "ok (unnamed refusal)",
+            Verdict::Fail => "FAIL",
+            Verdict::Error => "ERROR",
+            Verdict::Unsupported => "unsupported",
+        };
+        if many {
+            println!("{:<18} {trial:<70} {mark}", format!("[{name}]"));
+        } else {
+            println!("{trial:<70} {mark}");
+        }
     };
-    let mut reference = Reference::new();
-    let description = imp.describe().clone();
-    eprintln!(
-        "running the suites against {} {}",
-        description.name, description.version
-    );
-    let results = run_all(
+    let results = run_many(
         &layout,
-        imp.as_mut(),
-        &mut reference,
+        &mut imps,
         &workdir,
         filter.as_deref(),
-        |r| {
-            let mark = match r.verdict {
-                Verdict::Pass => "ok",
-                Verdict::PassUnnamed => "ok (unnamed refusal)",
-                Verdict::Fail => "FAIL",
-                Verdict::Error => "ERROR",
-                Verdict::Unsupported => "unsupported",
-            };
-            eprintln!("{:<70} {mark}", r.trial);
-        },
+        interop,
+        &print,
     );
     let _ = std::fs::remove_dir_all(&workdir);
+    drop(imps);
     let results = match results {
         Ok(r) => r,
         Err(e) => {
@@ -277,16 +372,11 @@ fn run(
             return ExitCode::from(2);
         }
     };
-    let trial_names: Vec<String> = results.iter().map(|r| r.trial.clone()).collect();
-    let unknown = expectations.unknown(&trial_names);
-    let suites = layout
+    let suites: Vec<SuiteInfo> = layout
         .suites()
         .unwrap_or_default()
         .iter()
-        .map(|s| SuiteInfo {
-            module: s.module.clone(),
-            version: s.version,
-        })
+        .map(SuiteInfo::of)
         .collect();
     let spec = match layout.spec_map() {
         Ok(spec) => spec,
@@ -295,34 +385,130 @@ fn run(
             return ExitCode::from(2);
         }
     };
-    let report = Report::new(description, suites, results, &expectations).with_spec(&spec);
-    if let Some(dir) = report_dir {
-        if let Err(e) = report.write_all(&dir, &spec) {
-            eprintln!("harness: cannot write reports to {}: {e}", dir.display());
-            return ExitCode::from(2);
-        }
-        eprintln!("reports written to {}", dir.display());
+    let none = Expectations::default();
+    let mut unknown = Vec::new();
+    let mut reports = Vec::new();
+    for (description, trials) in results.own {
+        let name = description.name.clone();
+        let expected = expectations.get(&name).unwrap_or(&none);
+        let mut trial_names: Vec<String> = trials.iter().map(|r| r.trial.clone()).collect();
+        trial_names.extend(
+            results
+                .interop
+                .iter()
+                .filter(|r| r.writer == name || r.reader == name)
+                .map(|r| r.trial.clone()),
+        );
+        unknown.extend(
+            expected
+                .unknown(&trial_names)
+                .into_iter()
+                .map(|u| format!("{u} ({name})")),
+        );
+        reports.push(Report::new(description, suites.clone(), trials, expected).with_spec(&spec));
     }
-    let s = &report.summary;
-    // The plain closing line CI readers recognize.
-    println!(
-        "harness: {} passed, {} failed, {} skipped ({} unnamed refusals, {} expected failures, {} unexpected passes, {} errors)",
-        s.pass + s.expected_failure,
-        s.fail + s.error + s.unexpected_pass,
-        s.unsupported,
-        s.pass_unnamed,
-        s.expected_failure,
-        s.unexpected_pass,
-        s.error
-    );
+    let run = RunReport::new(suites, reports, results.interop, &expectations);
+    let mut total = (0usize, 0usize);
+    for r in &run.implementations {
+        let s = &r.summary;
+        println!(
+            "harness: {}: {} pass ({} without naming a clause), {} expected failures, {} unexpected passes, {} fail, {} errors, {} unsupported",
+            r.implementation.name,
+            s.pass,
+            s.pass_unnamed,
+            s.expected_failure,
+            s.unexpected_pass,
+            s.fail,
+            s.error,
+            s.unsupported
+        );
+        total.0 += s.pass + s.expected_failure;
+        total.1 += s.unexpected();
+    }
+    if !run.interop.is_empty() {
+        let count = |o: Outcome| run.interop.iter().filter(|e| e.outcome == o).count();
+        let (writers, readers, _) = run.interop_matrix();
+        println!(
+            "harness: interop ({} writers x {} readers): {} pass, {} expected failures, {} unexpected passes, {} fail, {} errors, {} unsupported",
+            writers.len(),
+            readers.len(),
+            count(Outcome::Pass),
+            count(Outcome::ExpectedFailure),
+            count(Outcome::UnexpectedPass),
+            count(Outcome::Fail),
+            count(Outcome::Error),
+            count(Outcome::Unsupported)
+        );
+        total.0 += count(Outcome::Pass) + count(Outcome::ExpectedFailure);
+        total.1 += run
+            .interop
+            .iter()
+            .filter(|e| e.outcome.is_unexpected())
+            .count();
+    }
     for u in &unknown {
         eprintln!("harness: expectation names no trial: {u}");
     }
-    if report.has_unexpected() || !unknown.is_empty() {
+    // The plain closing line CI readers recognize; unsupported trials are
+    // neither passed nor failed.
+    println!("harness: {} passed, {} failed", total.0, total.1);
+    if let Some(dir) = report_dir {
+        if let Err(e) = run.write_all(&dir, &spec) {
+            eprintln!("harness: cannot write reports to {}: {e}", dir.display());
+            return ExitCode::from(2);
+        }
+        println!(
+            "reports: open {} first (clauses x implementations{}, failures by cause); {} for a pull request; report.json and junit.xml beside them",
+            dir.join("report.html").display(),
+            if run.interop.is_empty() { "" } else { ", the interop matrix" },
+            dir.join("report.md").display(),
+        );
+    }
+    if run.has_unexpected() || !unknown.is_empty() {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// `--expectations [NAME=]FILE` arguments, loaded and keyed by
+/// implementation name. A bare FILE belongs to the only adapter, or to the
+/// reference when no adapter is given; `reference` names the reference.
+fn expectations_by_name(
+    args: &[String],
+    names: &[String],
+) -> Result<BTreeMap<String, Expectations>, String> {
+    let mut out = BTreeMap::new();
+    for arg in args {
+        let (name, file) = match named(arg) {
+            (Some(name), file) if !Path::new(arg).exists() => (name.to_owned(), file),
+            _ => match names {
+                [only] => (only.clone(), arg.as_str()),
+                [_, adapter] => (adapter.clone(), arg.as_str()),
+                _ => {
+                    return Err(format!(
+                        "`{arg}`: several adapters run; say whose it is: --expectations NAME=FILE"
+                    ))
+                }
+            },
+        };
+        let name = if name == "reference" {
+            REFERENCE.to_owned()
+        } else {
+            name
+        };
+        if !names.contains(&name) {
+            return Err(format!(
+                "`{arg}`: no implementation is called `{name}` (running: {})",
+                names.join(", ")
+            ));
+        }
+        let loaded = Expectations::load(Path::new(file))?;
+        if out.insert(name.clone(), loaded).is_some() {
+            return Err(format!("two files for `{name}`"));
+        }
+    }
+    Ok(out)
 }
 
 fn trace(layout: Layout, clause: Option<String>, uncovered: bool, reports: &[PathBuf]) -> ExitCode {
@@ -355,8 +541,8 @@ fn trace(layout: Layout, clause: Option<String>, uncovered: bool, reports: &[Pat
     }
     let mut loaded = Vec::new();
     for path in reports {
-        match load_report(path) {
-            Ok(r) => loaded.push(r),
+        match RunReport::load(path) {
+            Ok(r) => loaded.extend(r.implementations),
             Err(e) => {
                 eprintln!("harness: {e}");
                 return ExitCode::from(2);
@@ -409,14 +595,6 @@ fn trace(layout: Layout, clause: Option<String>, uncovered: bool, reports: &[Pat
     }
 }
 
-/// A report.json, or what is wrong with it, naming the file.
-fn load_report(path: &Path) -> Result<Report, String> {
-    std::fs::read_to_string(path)
-        .map_err(|e| e.to_string())
-        .and_then(|text| Report::from_json(&text))
-        .map_err(|e| format!("{}: {e}", path.display()))
-}
-
 fn report_diff(
     old: &Path,
     new: &Path,
@@ -424,14 +602,14 @@ fn report_diff(
     markdown: Option<PathBuf>,
     fail_on: FailOnArg,
 ) -> ExitCode {
-    let (old, new) = match (load_report(old), load_report(new)) {
+    let (old, new) = match (RunReport::load(old), RunReport::load(new)) {
         (Ok(old), Ok(new)) => (old, new),
         (Err(e), _) | (_, Err(e)) => {
             eprintln!("harness: {e}");
             return ExitCode::from(2);
         }
     };
-    let diff = ReportDiff::between(&old, &new);
+    let diff = RunDiff::between(&old, &new);
     let md = diff.to_markdown();
     print!("{md}");
     for (path, text) in [(json, diff.to_json()), (markdown, md)] {
@@ -447,17 +625,57 @@ fn report_diff(
         FailOnArg::Any => FailOn::Any,
         FailOnArg::Never => FailOn::Never,
     };
-    eprintln!(
-        "harness: {} worse, {} better, {} trials changed",
-        diff.worse,
-        diff.better,
-        diff.changed.len()
-    );
+    let (worse, better, changed) = diff.counts();
+    eprintln!("harness: {worse} worse, {better} better, {changed} trials changed");
     if diff.fails(fail_on) {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     }
+}
+
+fn report_merge(
+    layout: Layout,
+    paths: &[PathBuf],
+    out: &Path,
+    allow_suite_mismatch: bool,
+) -> ExitCode {
+    let mut runs = Vec::new();
+    for path in paths {
+        match RunReport::load(path) {
+            Ok(run) => runs.push((path.display().to_string(), run)),
+            Err(e) => {
+                eprintln!("harness: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let merged = match RunReport::merge(runs, allow_suite_mismatch) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("harness: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let spec = match layout.spec_map() {
+        Ok(spec) => spec,
+        Err(e) => {
+            eprintln!("harness: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = merged.write_all(out, &spec) {
+        eprintln!("harness: cannot write reports to {}: {e}", out.display());
+        return ExitCode::from(2);
+    }
+    println!(
+        "merged {} reports: {} ({} interop trials); open {} first",
+        paths.len(),
+        merged.names().join(", "),
+        merged.interop.len(),
+        out.join("report.html").display()
+    );
+    ExitCode::SUCCESS
 }
 
 /// SIGINT, SIGTERM and SIGHUP end every adapter (`bye`, a second's grace,

@@ -135,9 +135,10 @@ pub fn run_trial(
     result
 }
 
-type Decided = (Verdict, String, Option<String>);
+/// A verdict, its detail, and the clause a refusal named.
+pub(crate) type Decided = (Verdict, String, Option<String>);
 
-fn fixture(case: &Case, ctx: &Context<'_>) -> Result<Value, String> {
+pub(crate) fn fixture(case: &Case, ctx: &Context<'_>) -> Result<Value, String> {
     let name = case
         .fixture
         .as_deref()
@@ -247,7 +248,7 @@ fn round_trip_read(
 /// them) or what a file holds, values as stored (read-accept cases, whose
 /// file a recipe built: a reader hands back the stored bits).
 #[derive(Clone, Copy)]
-enum Expect {
+pub(crate) enum Expect {
     Written,
     Stored,
 }
@@ -270,7 +271,7 @@ fn read_and_judge(
     }
 }
 
-fn judged(fixture: &Value, expect: Expect, actual: &Value, what: &str) -> Decided {
+pub(crate) fn judged(fixture: &Value, expect: Expect, actual: &Value, what: &str) -> Decided {
     let compared = match expect {
         Expect::Written => judge::compare(fixture, actual),
         Expect::Stored => judge::compare_stored(fixture, actual),
@@ -421,7 +422,7 @@ fn refusal(case: &Case, message: String, clause: Option<String>) -> Decided {
 /// each record, the blocks present at its first resolved frame (that frame
 /// must restate them) and `n_atoms` (DIGEST §3: the system's `atoms` rows,
 /// else those of the first frame that has `atoms`, else 0).
-fn expected_file(expected: &Value) -> Expected {
+pub(crate) fn expected_file(expected: &Value) -> Expected {
     let records = expected
         .get("records")
         .and_then(Value::as_array)
@@ -456,7 +457,7 @@ fn expected_file(expected: &Value) -> Expected {
     }
 }
 
-fn remove_file_and_lock(path: &Path) {
+pub(crate) fn remove_file_and_lock(path: &Path) {
     let _ = std::fs::remove_file(path);
     let mut lock = path.as_os_str().to_owned();
     lock.push("-lock");

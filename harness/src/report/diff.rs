@@ -21,8 +21,11 @@
 //! (the trial's detail) changed is listed with both messages, so a reworded
 //! refusal is reviewed like a snapshot.
 
-use super::{Outcome, Report, ResultEntry, SuiteInfo};
-use crate::runner::Verdict;
+use super::run::RunReport;
+use super::{Outcome, Report, ResultEntry, SuiteInfo, Summary};
+use crate::adapter::{Capabilities, Description};
+use crate::runner::{TrialResult, Verdict};
+use crate::suite::Kind;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -542,4 +545,158 @@ fn direction_name(d: Direction) -> &'static str {
 /// Text for a Markdown table cell: no pipes or line breaks.
 fn cell(text: &str) -> String {
     text.replace('|', "\\|").replace(['\n', '\r'], " ")
+}
+
+/// What changed between two runs of one or several implementations: a
+/// [`ReportDiff`] per implementation in both runs (matched by name; two
+/// runs of one implementation each are compared whatever their names), one
+/// for the interop trials when either run has them, and the
+/// implementations only one run has.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunDiff {
+    /// [`RUN_DIFF_FORMAT_VERSION`].
+    pub format_version: u32,
+    /// One diff per implementation in both runs, then the interop trials'.
+    pub diffs: Vec<ReportDiff>,
+    /// Implementations only the new run has.
+    pub implementations_added: Vec<String>,
+    /// Implementations only the old run has.
+    pub implementations_removed: Vec<String>,
+}
+
+/// The version of [`RunDiff`]'s JSON form.
+pub const RUN_DIFF_FORMAT_VERSION: u32 = 2;
+
+impl RunDiff {
+    /// Compares two runs.
+    pub fn between(old: &RunReport, new: &RunReport) -> RunDiff {
+        let mut diffs = Vec::new();
+        let mut added = Vec::new();
+        let mut removed = Vec::new();
+        if let ([o], [n]) = (
+            old.implementations.as_slice(),
+            new.implementations.as_slice(),
+        ) {
+            diffs.push(ReportDiff::between(o, n));
+        } else {
+            for n in &new.implementations {
+                match old
+                    .implementations
+                    .iter()
+                    .find(|o| o.implementation.name == n.implementation.name)
+                {
+                    Some(o) => diffs.push(ReportDiff::between(o, n)),
+                    None => added.push(n.implementation.name.clone()),
+                }
+            }
+            for o in &old.implementations {
+                if !new
+                    .implementations
+                    .iter()
+                    .any(|n| n.implementation.name == o.implementation.name)
+                {
+                    removed.push(o.implementation.name.clone());
+                }
+            }
+        }
+        if !old.interop.is_empty() || !new.interop.is_empty() {
+            diffs.push(ReportDiff::between(
+                &interop_report(old),
+                &interop_report(new),
+            ));
+        }
+        RunDiff {
+            format_version: RUN_DIFF_FORMAT_VERSION,
+            diffs,
+            implementations_added: added,
+            implementations_removed: removed,
+        }
+    }
+
+    /// (worse, better, trials changed), summed over the diffs.
+    pub fn counts(&self) -> (usize, usize, usize) {
+        self.diffs.iter().fold((0, 0, 0), |(w, b, c), d| {
+            (w + d.worse, b + d.better, c + d.changed.len())
+        })
+    }
+
+    /// Whether `harness report diff --fail-on <fail_on>` exits with 1; an
+    /// implementation added or removed is a change, not worse.
+    pub fn fails(&self, fail_on: FailOn) -> bool {
+        let membership =
+            !self.implementations_added.is_empty() || !self.implementations_removed.is_empty();
+        self.diffs.iter().any(|d| d.fails(fail_on)) || (fail_on == FailOn::Any && membership)
+    }
+
+    /// The diff as pretty JSON.
+    pub fn to_json(&self) -> String {
+        let mut text =
+            serde_json::to_string_pretty(self).expect("a diff is plain data and always serializes");
+        text.push('\n');
+        text
+    }
+
+    /// Markdown: each implementation's diff (one section each), then the
+    /// implementations only one run has.
+    pub fn to_markdown(&self) -> String {
+        let mut md = String::new();
+        for d in &self.diffs {
+            md.push_str(&d.to_markdown());
+            md.push('\n');
+        }
+        for (what, names) in [
+            ("only in the new run", &self.implementations_added),
+            ("only in the old run", &self.implementations_removed),
+        ] {
+            if !names.is_empty() {
+                let _ = writeln!(md, "Implementations {what}: {}.\n", names.join(", "));
+            }
+        }
+        while md.ends_with("\n\n") {
+            md.pop();
+        }
+        md
+    }
+}
+
+/// The interop trials of a run as one report of an implementation called
+/// `interop`, so that [`ReportDiff`] compares them as it compares trials.
+fn interop_report(run: &RunReport) -> Report {
+    let results: Vec<ResultEntry> = run
+        .interop
+        .iter()
+        .map(|e| ResultEntry {
+            result: TrialResult {
+                trial: e.result.trial.clone(),
+                module: e.result.module.clone(),
+                case: e.result.case.clone(),
+                title: e.result.title.clone(),
+                direction: crate::suite::Direction::Read,
+                kind: Kind::RoundTrip,
+                clauses: e.result.clauses.clone(),
+                expected_clause: None,
+                named_clause: None,
+                verdict: e.result.verdict,
+                detail: e.result.detail.clone(),
+            },
+            expected_failure: e.expected_failure.clone(),
+            outcome: e.outcome,
+            decisions: Vec::new(),
+        })
+        .collect();
+    Report {
+        harness_version: run.harness_version.clone(),
+        suites: run.suites.clone(),
+        implementation: Description {
+            name: "interop".into(),
+            version: format!("{} implementations", run.implementations.len()),
+            capabilities: Capabilities {
+                write: true,
+                read: true,
+            },
+        },
+        summary: Summary::of(&results),
+        results,
+        decisions: BTreeMap::new(),
+    }
 }

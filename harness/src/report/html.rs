@@ -3,6 +3,8 @@
 //! resources; the inline script only adds filtering and expand/collapse all,
 //! the page works without it.
 
+use super::groups::failure_groups;
+use super::run::{interop_matrix, InteropEntry};
 use super::{
     escape_xml, first_line, level_name, unmapped_clauses, Coverage, Outcome, Report, ResultEntry,
     Status,
@@ -25,7 +27,7 @@ fn at(s: &str) -> String {
     escape_xml(s, true)
 }
 
-pub(super) fn render(reports: &[Report], spec: &SpecMap) -> String {
+pub(super) fn render(reports: &[Report], interop: &[InteropEntry], spec: &SpecMap) -> String {
     let mut out = String::new();
     let names: Vec<String> = reports
         .iter()
@@ -44,9 +46,10 @@ pub(super) fn render(reports: &[Report], spec: &SpecMap) -> String {
     );
     header(&mut out, reports, spec);
     out.push_str("<main>\n");
-    implementations(&mut out, reports, spec);
-    matrix(&mut out, reports, spec);
     unexpected(&mut out, reports);
+    implementations(&mut out, reports, spec);
+    interop_section(&mut out, reports, interop);
+    matrix(&mut out, reports, spec);
     out.push_str("</main>\n");
     let _ = write!(out, "<script>\n{SCRIPT}</script>\n</body>\n</html>\n");
     out
@@ -666,35 +669,79 @@ fn detail(out: &mut String, e: &ResultEntry, report: Option<&Report>) {
     out.push_str("</div>\n");
 }
 
+/// The unexpected results of every implementation, grouped by cause,
+/// largest group first; each group opens onto its trials.
 fn unexpected(out: &mut String, reports: &[Report]) {
-    out.push_str("<section>\n<h2>Unexpected results</h2>\n");
-    let mut any = false;
-    for r in reports {
-        let entries: Vec<&ResultEntry> = r
-            .results
-            .iter()
-            .filter(|e| e.outcome.is_unexpected())
-            .collect();
-        if entries.is_empty() {
-            continue;
-        }
-        any = true;
+    out.push_str("<section>\n<h2>Unexpected results, by cause</h2>\n");
+    let groups = failure_groups(reports);
+    if groups.is_empty() {
+        out.push_str("<p class=\"none\">None: every trial passed or failed as expected.</p>\n");
+    }
+    for g in &groups {
         let _ = writeln!(
             out,
-            "<details class=\"unexp\"><summary><b>{}</b> <span class=\"ver\">{}</span> — {} unexpected</summary>",
-            h(&r.implementation.name),
-            h(&r.implementation.version),
-            entries.len()
+            "<details class=\"unexp\"><summary><b>{}</b> — {} <span class=\"ver\">{}</span></summary>",
+            h(g.implementation),
+            h(&g.headline()),
+            h(g.outcome.name())
         );
-        for e in entries {
+        for e in &g.entries {
             detail(out, e, None);
         }
         out.push_str("</details>\n");
     }
-    if !any {
-        out.push_str("<p class=\"none\">None: every trial passed or failed as expected.</p>\n");
-    }
     out.push_str("</section>\n");
+}
+
+/// The writer × reader matrix: cases each pair agrees on; a cell opens onto
+/// the pair's failing trials.
+fn interop_section(out: &mut String, reports: &[Report], interop: &[InteropEntry]) {
+    if interop.is_empty() {
+        return;
+    }
+    let names: Vec<&str> = reports
+        .iter()
+        .map(|r| r.implementation.name.as_str())
+        .collect();
+    let (writers, readers, counts) = interop_matrix(&names, interop);
+    out.push_str("<section>\n<h2>Interop: writer × reader</h2>\n<p class=\"meta\">Positive cases the row's implementation wrote, the harness's inspection accepted, and the column's implementation read back as the fixture (passed / judged).</p>\n<table class=\"impls\">\n<thead><tr><th>writer \\ reader</th>");
+    for r in &readers {
+        let _ = write!(out, "<th>{}</th>", h(r));
+    }
+    out.push_str("</tr></thead>\n<tbody>\n");
+    for w in &writers {
+        let _ = write!(out, "<tr><th>{}</th>", h(w));
+        for r in &readers {
+            let failing: Vec<&InteropEntry> = interop
+                .iter()
+                .filter(|e| {
+                    e.result.writer == *w && e.result.reader == *r && e.outcome.is_unexpected()
+                })
+                .collect();
+            let shown = match counts.get(&(*w, *r)) {
+                None => "not run".to_owned(),
+                Some(c) if c.judged == 0 => "unsupported".to_owned(),
+                Some(c) => format!("{}/{}", c.passed, c.judged),
+            };
+            if failing.is_empty() {
+                let _ = write!(out, "<td class=\"num\">{}</td>", h(&shown));
+            } else {
+                let _ = write!(out, "<td><details><summary><b>{}</b></summary>", h(&shown));
+                for e in failing {
+                    let _ = write!(
+                        out,
+                        "<div class=\"det\"><code>{}</code> {}<pre>{}</pre></div>",
+                        h(&e.result.trial),
+                        h(e.outcome.name()),
+                        h(e.result.detail.trim_end())
+                    );
+                }
+                out.push_str("</details></td>");
+            }
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</tbody>\n</table>\n</section>\n");
 }
 
 /// Compares with runs of digits as numbers (`§2` before `§10`).

@@ -1,11 +1,155 @@
 //! JUnit XML, the form CI systems read.
 
+use super::run::{InteropEntry, RunReport};
 use super::{escape_xml, first_line, Outcome, Report, ResultEntry, Summary};
 use crate::runner::Verdict;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
 pub(super) fn render(report: &Report) -> String {
+    let imp = &report.implementation;
+    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    open_testsuites(
+        &mut out,
+        &format!("molrec conformance: {} {}", imp.name, imp.version),
+        &report.summary,
+    );
+    testsuites(&mut out, report, None);
+    out.push_str("</testsuites>\n");
+    out
+}
+
+/// A run: one implementation without interop as [`render`]; otherwise
+/// each implementation's modules as `<testsuite name="implementation:
+/// module">` (classname `implementation.module`), then one testsuite of the
+/// interop trials (`case::interop::writer->reader`).
+pub(super) fn render_run(run: &RunReport) -> String {
+    if let [only] = run.implementations.as_slice() {
+        if run.interop.is_empty() {
+            return render(only);
+        }
+    }
+    let mut total = Summary::default();
+    for r in &run.implementations {
+        let s = &r.summary;
+        total.total += s.total;
+        total.fail += s.fail;
+        total.unexpected_pass += s.unexpected_pass;
+        total.error += s.error;
+        total.expected_failure += s.expected_failure;
+        total.unsupported += s.unsupported;
+    }
+    let interop = interop_summary(&run.interop);
+    total.total += interop.total;
+    total.fail += interop.fail;
+    total.unexpected_pass += interop.unexpected_pass;
+    total.error += interop.error;
+    total.expected_failure += interop.expected_failure;
+    total.unsupported += interop.unsupported;
+    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    open_testsuites(
+        &mut out,
+        &format!("molrec conformance: {}", run.names().join(", ")),
+        &total,
+    );
+    for r in &run.implementations {
+        testsuites(&mut out, r, Some(&r.implementation.name));
+    }
+    if !run.interop.is_empty() {
+        let a = |s: &str| escape_xml(s, true);
+        let t = |s: &str| escape_xml(s, false);
+        let _ = writeln!(
+            out,
+            "  <testsuite name=\"interop\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\">",
+            interop.total,
+            interop.fail + interop.unexpected_pass,
+            interop.error,
+            interop.expected_failure + interop.unsupported,
+        );
+        for e in &run.interop {
+            let r = &e.result;
+            let _ = write!(
+                out,
+                "    <testcase name=\"{}\" classname=\"{}\"",
+                a(r.trial
+                    .split_once("::")
+                    .map_or(r.trial.as_str(), |(_, rest)| rest)),
+                a(&format!("interop.{}", r.module))
+            );
+            let context = format!(
+                "{}\nclauses: {}\n\n{}",
+                r.title,
+                r.clauses.join(", "),
+                r.detail
+            );
+            let body = match e.outcome {
+                Outcome::Pass => None,
+                Outcome::Fail | Outcome::UnexpectedPass => Some(format!(
+                    "      <failure type=\"{}\" message=\"{}\">{}</failure>\n",
+                    e.outcome.slug(),
+                    a(&first_line(&r.detail, 200)),
+                    t(&context)
+                )),
+                Outcome::Error => Some(format!(
+                    "      <error type=\"error\" message=\"{}\">{}</error>\n",
+                    a(&first_line(&r.detail, 200)),
+                    t(&context)
+                )),
+                Outcome::ExpectedFailure | Outcome::Unsupported => Some(format!(
+                    "      <skipped message=\"{}\"/>\n",
+                    a(&format!(
+                        "{}: {}",
+                        e.outcome.name(),
+                        first_line(&r.detail, 200)
+                    ))
+                )),
+            };
+            match body {
+                None => out.push_str("/>\n"),
+                Some(body) => {
+                    out.push_str(">\n");
+                    out.push_str(&body);
+                    out.push_str("    </testcase>\n");
+                }
+            }
+        }
+        out.push_str("  </testsuite>\n");
+    }
+    out.push_str("</testsuites>\n");
+    out
+}
+
+fn interop_summary(entries: &[InteropEntry]) -> Summary {
+    let mut s = Summary::default();
+    for e in entries {
+        s.total += 1;
+        match e.outcome {
+            Outcome::Pass => s.pass += 1,
+            Outcome::ExpectedFailure => s.expected_failure += 1,
+            Outcome::UnexpectedPass => s.unexpected_pass += 1,
+            Outcome::Fail => s.fail += 1,
+            Outcome::Error => s.error += 1,
+            Outcome::Unsupported => s.unsupported += 1,
+        }
+    }
+    s
+}
+
+fn open_testsuites(out: &mut String, name: &str, s: &Summary) {
+    let _ = writeln!(
+        out,
+        "<testsuites name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\">",
+        escape_xml(name, true),
+        s.total,
+        s.fail + s.unexpected_pass,
+        s.error,
+        s.expected_failure + s.unsupported,
+    );
+}
+
+/// One `<testsuite>` per module of `report`; with `prefix` (the
+/// implementation's name) in the suite's name and the testcases' classname.
+fn testsuites(out: &mut String, report: &Report, prefix: Option<&str>) {
     let mut modules: BTreeMap<&str, Vec<&ResultEntry>> = BTreeMap::new();
     for info in &report.suites {
         modules.entry(&info.module).or_default();
@@ -15,23 +159,16 @@ pub(super) fn render(report: &Report) -> String {
     }
     let imp = &report.implementation;
     let a = |s: &str| escape_xml(s, true);
-    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    let s = &report.summary;
-    let _ = writeln!(
-        out,
-        "<testsuites name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\">",
-        a(&format!("molrec conformance: {} {}", imp.name, imp.version)),
-        s.total,
-        s.fail + s.unexpected_pass,
-        s.error,
-        s.expected_failure + s.unsupported,
-    );
     for (module, entries) in modules {
         let s = Summary::of(entries.iter().copied());
+        let (name, classname) = match prefix {
+            Some(p) => (format!("{p}: {module}"), format!("{p}.{module}")),
+            None => (module.to_owned(), module.to_owned()),
+        };
         let _ = writeln!(
             out,
             "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\">",
-            a(module),
+            a(&name),
             s.total,
             s.fail + s.unexpected_pass,
             s.error,
@@ -59,17 +196,20 @@ pub(super) fn render(report: &Report) -> String {
         }
         out.push_str("    </properties>\n");
         for e in entries {
-            testcase(&mut out, e, &report.decisions);
+            testcase(out, e, &classname, &report.decisions);
         }
         out.push_str("  </testsuite>\n");
     }
-    out.push_str("</testsuites>\n");
-    out
 }
 
 /// A trial whose case lists a clause resting on a decision carries
 /// `basis = decision` and one `decision` property per such clause.
-fn testcase(out: &mut String, e: &ResultEntry, reasons: &BTreeMap<String, String>) {
+fn testcase(
+    out: &mut String,
+    e: &ResultEntry,
+    classname: &str,
+    reasons: &BTreeMap<String, String>,
+) {
     let a = |s: &str| escape_xml(s, true);
     let t = |s: &str| escape_xml(s, false);
     let r = &e.result;
@@ -77,7 +217,7 @@ fn testcase(out: &mut String, e: &ResultEntry, reasons: &BTreeMap<String, String
         out,
         "    <testcase name=\"{}\" classname=\"{}\"",
         a(&e.short_name()),
-        a(&r.module)
+        a(classname)
     );
     let reason = e.expected_failure.as_deref().unwrap_or("");
     let body = match e.outcome {

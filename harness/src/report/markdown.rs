@@ -1,7 +1,10 @@
 //! Markdown, for pull requests: deterministic, so it can be snapshot-tested.
 
+use super::groups::{failure_groups, FailureGroup};
+use super::run::{suites_text, RunReport};
 use super::{
     first_line, level_name, unmapped_clauses, Coverage, Outcome, Report, ResultEntry, Status,
+    Summary,
 };
 use crate::runner::Verdict;
 use crate::suite::{Clause, Level, SpecMap};
@@ -11,9 +14,9 @@ use std::fmt::Write;
 pub(super) fn render(report: &Report, spec: &SpecMap) -> String {
     let mut out = String::new();
     header(&mut out, report);
+    unexpected(&mut out, report);
     decisions_failing(&mut out, report, spec);
     summary(&mut out, report);
-    unexpected(&mut out, report);
     expected(&mut out, report);
     unnamed(&mut out, report);
     unsupported(&mut out, report);
@@ -126,75 +129,93 @@ fn summary(out: &mut String, report: &Report) {
 }
 
 fn unexpected(out: &mut String, report: &Report) {
-    let entries: Vec<&ResultEntry> = report
-        .results
-        .iter()
-        .filter(|e| e.outcome.is_unexpected())
-        .collect();
-    if entries.is_empty() {
+    let groups = failure_groups(std::slice::from_ref(report));
+    if groups.is_empty() {
         return;
     }
     out.push_str("## Unexpected results\n\n");
-    // Errors with one message (an adapter given up: every trial after it
-    // says the same) are one section, the message once.
-    let mut by_message: Vec<(&str, Vec<&ResultEntry>)> = Vec::new();
-    for e in entries.iter().filter(|e| e.outcome == Outcome::Error) {
-        match by_message.iter_mut().find(|(m, _)| *m == e.result.detail) {
-            Some((_, group)) => group.push(e),
-            None => by_message.push((&e.result.detail, vec![e])),
-        }
-    }
-    by_message.retain(|(_, group)| group.len() > 1);
-    let grouped = |e: &ResultEntry| {
-        e.outcome == Outcome::Error && by_message.iter().any(|(m, _)| *m == e.result.detail)
-    };
-    for (message, group) in &by_message {
-        let _ = writeln!(out, "### {} trials — error, one cause\n", group.len());
-        const LISTED: usize = 12;
-        let names: Vec<String> = group
-            .iter()
-            .take(LISTED)
-            .map(|e| code(&e.result.trial))
-            .collect();
-        let more = group.len().saturating_sub(LISTED);
+    if groups.iter().any(|g| g.entries.len() > 1) {
+        let trials: usize = groups.iter().map(|g| g.entries.len()).sum();
         let _ = writeln!(
             out,
-            "- trials: {}{}\n",
-            names.join(", "),
-            if more > 0 {
-                format!(" and {more} more")
-            } else {
-                String::new()
-            }
+            "{trials} trials in {} groups by cause (the failure with its case-specific parts masked), largest first.\n",
+            groups.len()
         );
-        fenced(out, message);
     }
-    for e in entries.into_iter().filter(|e| !grouped(e)) {
-        let r = &e.result;
-        let _ = writeln!(out, "### {} — {}\n", code(&r.trial), e.outcome.name());
-        let _ = writeln!(out, "{}\n", text(&r.title));
-        let clauses: Vec<String> = r.clauses.iter().map(|c| code(c)).collect();
-        let _ = writeln!(
-            out,
-            "- kind: {}, clauses: {}",
-            kind_name(e),
-            clauses.join(", ")
-        );
-        if let Some(c) = &r.expected_clause {
-            let named = r
-                .named_clause
-                .as_deref()
-                .map(code)
-                .unwrap_or_else(|| "none".into());
-            let _ = writeln!(out, "- a refusal must name {}; named: {named}", code(c));
+    for g in &groups {
+        match g.entries.as_slice() {
+            [e] => single(out, e),
+            _ => group(out, g),
         }
-        if let Some(reason) = &e.expected_failure {
-            let _ = writeln!(out, "- expected to fail: {}", text(reason));
+    }
+}
+
+/// A group of trials with one cause: its headline, its trials, the first
+/// trial's detail once.
+fn group(out: &mut String, g: &FailureGroup<'_>) {
+    let _ = writeln!(out, "### {} — {}\n", text(&g.headline()), g.outcome.name());
+    const LISTED: usize = 12;
+    let names: Vec<String> = g
+        .entries
+        .iter()
+        .take(LISTED)
+        .map(|e| code(&e.result.trial))
+        .collect();
+    let more = g.entries.len().saturating_sub(LISTED);
+    let _ = writeln!(
+        out,
+        "- trials: {}{}",
+        names.join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
         }
-        out.push('\n');
-        if !r.detail.is_empty() {
-            fenced(out, &r.detail);
+    );
+    let clauses: Vec<String> = g.clauses().into_iter().take(LISTED).map(code).collect();
+    let more = g.clauses().len().saturating_sub(LISTED);
+    let _ = writeln!(
+        out,
+        "- clauses: {}{}\n",
+        clauses.join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
         }
+    );
+    if let Some(first) = g.entries.first() {
+        let _ = writeln!(out, "The first, {}:\n", code(&first.result.trial));
+    }
+    fenced(out, g.example());
+}
+
+/// One unexpected trial with everything about it.
+fn single(out: &mut String, e: &ResultEntry) {
+    let r = &e.result;
+    let _ = writeln!(out, "### {} — {}\n", code(&r.trial), e.outcome.name());
+    let _ = writeln!(out, "{}\n", text(&r.title));
+    let clauses: Vec<String> = r.clauses.iter().map(|c| code(c)).collect();
+    let _ = writeln!(
+        out,
+        "- kind: {}, clauses: {}",
+        kind_name(e),
+        clauses.join(", ")
+    );
+    if let Some(c) = &r.expected_clause {
+        let named = r
+            .named_clause
+            .as_deref()
+            .map(code)
+            .unwrap_or_else(|| "none".into());
+        let _ = writeln!(out, "- a refusal must name {}; named: {named}", code(c));
+    }
+    if let Some(reason) = &e.expected_failure {
+        let _ = writeln!(out, "- expected to fail: {}", text(reason));
+    }
+    out.push('\n');
+    if !r.detail.is_empty() {
+        fenced(out, &r.detail);
     }
 }
 
@@ -341,6 +362,226 @@ fn coverage(out: &mut String, report: &Report, spec: &SpecMap) {
         }
         out.push('\n');
     }
+}
+
+/// Markdown of a run of several implementations: the failure groups of
+/// all of them first, then a summary per implementation, the interop
+/// matrix and its failures, and the clause × implementation table.
+pub(super) fn render_run(run: &RunReport, spec: &SpecMap) -> String {
+    let mut out = String::new();
+    let names = run.names();
+    let _ = writeln!(out, "# Conformance report: {}\n", text(&names.join(", ")));
+    let _ = writeln!(
+        out,
+        "Harness {} · suites: {} · {} implementations, {} interop trials\n",
+        text(&run.harness_version),
+        suites_text(&run.suites),
+        names.len(),
+        run.interop.len()
+    );
+    let total: Summary = run
+        .implementations
+        .iter()
+        .fold(Summary::default(), |a, r| add(a, &r.summary));
+    let interop_unexpected = run
+        .interop
+        .iter()
+        .filter(|e| e.outcome.is_unexpected())
+        .count();
+    if run.has_unexpected() {
+        let _ = writeln!(
+            out,
+            "**Result: {} unexpected** ({} in the implementations' own trials, {} in interop).\n",
+            total.unexpected() + interop_unexpected,
+            total.unexpected(),
+            interop_unexpected
+        );
+    } else {
+        let _ = writeln!(out, "**Result: nothing unexpected.**\n");
+    }
+    let groups = run.failure_groups();
+    if !groups.is_empty() {
+        out.push_str("## Failures by cause\n\nEach group is one implementation's trials that failed the same way (the failure with its case-specific parts masked), largest first.\n\n");
+        for g in &groups {
+            let _ = writeln!(
+                out,
+                "### {}: {} — {}\n",
+                text(g.implementation),
+                text(&g.headline()),
+                g.outcome.name()
+            );
+            let listed: Vec<String> = g
+                .entries
+                .iter()
+                .take(8)
+                .map(|e| code(&e.result.trial))
+                .collect();
+            let more = g.entries.len().saturating_sub(8);
+            let _ = writeln!(
+                out,
+                "- trials: {}{}\n",
+                listed.join(", "),
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
+            );
+            fenced(&mut out, g.example());
+        }
+    }
+    out.push_str("## Implementations\n\n| implementation | version | does | pass | expected failure | unexpected pass | fail | error | unsupported | total |\n|:--|:--|:--|--:|--:|--:|--:|--:|--:|--:|\n");
+    for r in &run.implementations {
+        let s = &r.summary;
+        let imp = &r.implementation;
+        let does = match (imp.capabilities.write, imp.capabilities.read) {
+            (true, true) => "writes, reads",
+            (true, false) => "writes",
+            (false, true) => "reads",
+            (false, false) => "neither",
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {does} | {} | {} | {} | {} | {} | {} | {} |",
+            text(&imp.name),
+            cell(&imp.version),
+            s.pass,
+            s.expected_failure,
+            s.unexpected_pass,
+            s.fail,
+            s.error,
+            s.unsupported,
+            s.total
+        );
+    }
+    out.push('\n');
+    for r in &run.implementations {
+        let failing = failing_clauses(r, spec);
+        let decided = failing.iter().filter(|(_, c)| c.is_decision()).count();
+        if decided > 0 {
+            let _ = writeln!(
+                out,
+                "- {}: {decided} of its {} failing clauses rest on a decision (this project's reading where the spec is silent or ambiguous; `· decision` below).",
+                text(&r.implementation.name),
+                failing.len()
+            );
+        }
+    }
+    if out.ends_with(").\n") {
+        out.push('\n');
+    }
+    interop(&mut out, run);
+    out.push_str("## Clauses × implementations\n\n");
+    let _ = write!(out, "| clause | level |");
+    for n in &names {
+        let _ = write!(out, " {} |", text(n));
+    }
+    out.push_str("\n|:--|:--|");
+    for _ in &names {
+        out.push_str(":--|");
+    }
+    out.push('\n');
+    for (id, clause) in spec {
+        let level = if clause.is_decision() {
+            format!("{} · decision", level_name(clause.level))
+        } else {
+            level_name(clause.level).to_owned()
+        };
+        let _ = write!(out, "| {} | {level} |", code(id));
+        for r in &run.implementations {
+            let cov = Coverage::of(&r.covering(id), Some(clause));
+            let shown = match cov.status {
+                Status::Partial | Status::Fail => format!("**{}**", cov.text()),
+                _ => cov.text(),
+            };
+            let _ = write!(out, " {shown} |");
+        }
+        out.push('\n');
+    }
+    out.push('\n');
+    out
+}
+
+fn add(a: Summary, b: &Summary) -> Summary {
+    Summary {
+        total: a.total + b.total,
+        pass: a.pass + b.pass,
+        pass_unnamed: a.pass_unnamed + b.pass_unnamed,
+        expected_failure: a.expected_failure + b.expected_failure,
+        unexpected_pass: a.unexpected_pass + b.unexpected_pass,
+        fail: a.fail + b.fail,
+        error: a.error + b.error,
+        unsupported: a.unsupported + b.unsupported,
+    }
+}
+
+/// The writer × reader matrix (cases each pair agrees on) and the interop
+/// trials that failed, grouped by cause.
+fn interop(out: &mut String, run: &RunReport) {
+    if run.interop.is_empty() {
+        return;
+    }
+    let (writers, readers, counts) = run.interop_matrix();
+    out.push_str("## Interop: writer × reader\n\nEach cell: the positive cases that the row's implementation wrote, the harness's inspection accepted, and the column's implementation read back as the fixture (passed / judged). Trials: `module::case::interop::writer->reader`.\n\n| writer \\ reader |");
+    for r in &readers {
+        let _ = write!(out, " {} |", text(r));
+    }
+    out.push_str("\n|:--|");
+    for _ in &readers {
+        out.push_str("--:|");
+    }
+    out.push('\n');
+    for w in &writers {
+        let _ = write!(out, "| **{}** |", text(w));
+        for r in &readers {
+            let shown = match counts.get(&(*w, *r)) {
+                None => "not run".to_owned(),
+                Some(c) if c.judged == 0 => "unsupported".to_owned(),
+                Some(c) if c.passed == c.judged => format!("{}/{}", c.passed, c.judged),
+                Some(c) => format!("**{}/{}**", c.passed, c.judged),
+            };
+            let _ = write!(out, " {shown} |");
+        }
+        out.push('\n');
+    }
+    out.push('\n');
+    let mut by_cause: BTreeMap<(String, &str, &str), Vec<&str>> = BTreeMap::new();
+    for e in run.interop.iter().filter(|e| e.outcome.is_unexpected()) {
+        let r = &e.result;
+        let line = r
+            .detail
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty() && !l.ends_with(':'));
+        let cause = super::groups::mask(line.unwrap_or(""));
+        by_cause
+            .entry((cause, &r.writer, &r.reader))
+            .or_default()
+            .push(&r.trial);
+    }
+    if by_cause.is_empty() {
+        return;
+    }
+    out.push_str("### Interop failures\n\n| writer → reader | cause | trials |\n|:--|:--|:--|\n");
+    for ((cause, w, r), trials) in by_cause {
+        let listed: Vec<String> = trials.iter().take(4).map(|t| code(t)).collect();
+        let more = trials.len().saturating_sub(4);
+        let _ = writeln!(
+            out,
+            "| {} → {} | {} | {} ({}{}) |",
+            text(w),
+            text(r),
+            cell(&cause),
+            trials.len(),
+            listed.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        );
+    }
+    out.push('\n');
 }
 
 /// `` `collection::x` (write: pass, read: fail); `collection::y` (write: pass) ``, or `—`.

@@ -1,4 +1,8 @@
-//! Reports of one run of the suite against one implementation.
+//! Reports of runs of the suite.
+//!
+//! [`run::RunReport`] is `report.json`: every implementation of a run side
+//! by side, with the writer × reader interop trials; each implementation's
+//! part is a [`Report`], described here.
 //!
 //! A [`Report`] is built from the [`TrialResult`]s of a run and the
 //! implementation's [`Expectations`] (known failures with a reason). It is
@@ -28,9 +32,11 @@
 //! `not covered` otherwise (an alarm for a `must`).
 
 pub mod diff;
+pub mod groups;
 mod html;
 mod junit;
 mod markdown;
+pub mod run;
 #[cfg(test)]
 mod tests;
 
@@ -470,7 +476,7 @@ impl Report {
     /// implementation matrix grouped by source section; each clause row opens
     /// onto its cases with their verdicts and failure details.
     pub fn to_html(reports: &[Report], spec: &SpecMap) -> String {
-        html::render(reports, spec)
+        html::render(reports, &[], spec)
     }
 
     /// Writes report.json, junit.xml, report.md, report.html into `dir` (created if missing).

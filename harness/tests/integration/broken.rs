@@ -576,6 +576,9 @@ fn report_diff_lists_exactly_the_trials_a_broken_rule_changes() {
     let json: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("diff.json")).expect("diff.json"))
             .expect("JSON");
+    // One implementation on each side: one diff.
+    assert_eq!(json["diffs"].as_array().map(Vec::len), Some(1), "{json}");
+    let json = &json["diffs"][0];
     let changed: Vec<&str> = json["changed"]
         .as_array()
         .expect("changed")

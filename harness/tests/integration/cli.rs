@@ -176,8 +176,10 @@ fn trial_names_in_the_docs_exist() {
         for (at, _) in text.match_indices("collection::") {
             let quoted: String = text[at..]
                 .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | ':'))
+                .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | ':' | '>' | '_'))
                 .collect();
+            // An interop trial names a case, then its writer and reader.
+            let quoted = quoted.split("::interop::").next().unwrap_or_default();
             let quoted = quoted.trim_end_matches(':');
             // `collection::<case>::...` placeholders and libtest filter
             // prefixes (`collection::refuse`) are not names.

@@ -10,6 +10,12 @@
 //!   checked; `harness trace` shows a clause, its cases and verdicts.
 //!   (The Python template adapter's run is `tests/python_adapter.rs`, a
 //!   driver that reports it ignored where `python3` lacks what it needs.)
+//! - `many`: the reference and several adapters side by side, every
+//!   writer × reader interop pair, a crashing and a hanging adapter beside
+//!   good ones, a reader dropping the last record as one failure group at
+//!   the top of report.md, `report merge` of separate runs equal to one run
+//!   (and refusing mismatched suite versions), the report's JSON Schema,
+//!   and the commands the docs quote.
 //! - `hostile`: an adapter that hangs is given up after three timeouts, a
 //!   signal to the harness leaves no adapter process, an answer past the cap
 //!   is an error naming it.
@@ -27,6 +33,7 @@ mod cli;
 mod common;
 mod corrupt;
 mod hostile;
+mod many;
 mod snapshots;
 mod spec_map;
 mod subprocess;
