@@ -3,7 +3,9 @@
 //! passes in every direction (its files written, inspected and read back by
 //! the reference; the reference's files and the golden files read), and no
 //! trial is an error. Refusal cases may fail (a template checks little),
-//! but never crash it.
+//! but never crash it. Run beside the reference (`harness run --adapter
+//! py=…`), the 2 × 2 writer × reader interop matrix agrees on every
+//! positive case.
 //! A libtest-mimic driver, so that on a machine whose `python3` lacks `lmdb`
 //! or `numpy` the trial is reported as ignored, with that reason.
 
@@ -32,7 +34,58 @@ fn main() {
             Ok(Completion::Completed)
         },
     );
-    libtest_mimic::run(&Arguments::from_args(), vec![trial]).exit();
+    let interop = Trial::ignorable_test(
+        "the_python_template_and_the_reference_interoperate_both_ways",
+        || {
+            if !python_has(&["lmdb", "numpy"]) {
+                return Ok(Completion::ignored_with(
+                    "python3 lacks lmdb or numpy (pip install lmdb numpy)",
+                ));
+            }
+            the_python_template_and_the_reference_interoperate_both_ways();
+            Ok(Completion::Completed)
+        },
+    );
+    libtest_mimic::run(&Arguments::from_args(), vec![trial, interop]).exit();
+}
+
+/// `harness run --adapter py=…`: two writers and two readers, and every
+/// cell of the 2 × 2 interop matrix agrees on every positive case.
+fn the_python_template_and_the_reference_interoperate_both_ways() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../adapters/python/mrec_adapter.py");
+    let dir = harness::runner::scratch_dir("python-interop");
+    let out = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["run", "--filter", "::interop::", "--adapter"])
+        .arg(format!("py=python3 '{}'", script.display()))
+        .arg("--report")
+        .arg(&dir)
+        .output()
+        .expect("harness runs");
+    assert!(out.status.success(), "{out:?}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("report.json")).expect("report.json"))
+            .expect("JSON");
+    let _ = std::fs::remove_dir_all(&dir);
+    let interop = report["interop"].as_array().expect("interop");
+    let mut pairs = std::collections::BTreeMap::<(String, String), usize>::new();
+    for e in interop {
+        assert_eq!(e["verdict"], "pass", "{}: {}", e["trial"], e["detail"]);
+        let pair = (
+            e["writer"].as_str().unwrap_or_default().to_owned(),
+            e["reader"].as_str().unwrap_or_default().to_owned(),
+        );
+        *pairs.entry(pair).or_default() += 1;
+    }
+    let names = ["molrec-reference", "py"];
+    assert_eq!(pairs.len(), 4, "{pairs:?}");
+    let cases = harness::interop::interop_cases(&harness::suite::Layout::repository())
+        .expect("cases")
+        .len();
+    for w in names {
+        for r in names {
+            assert_eq!(pairs.get(&(w.into(), r.into())), Some(&cases), "{w} -> {r}");
+        }
+    }
 }
 
 fn python_has(modules: &[&str]) -> bool {
