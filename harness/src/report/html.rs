@@ -741,7 +741,61 @@ fn interop_section(out: &mut String, reports: &[Report], interop: &[InteropEntry
         }
         out.push_str("</tr>\n");
     }
-    out.push_str("</tbody>\n</table>\n</section>\n");
+    out.push_str("</tbody>\n</table>\n");
+    // Per case: one producer × consumer row of verdicts.
+    let mut cases: BTreeMap<&str, BTreeMap<(&str, &str), &InteropEntry>> = BTreeMap::new();
+    for e in interop {
+        let case = e
+            .result
+            .trial
+            .split("::interop::")
+            .next()
+            .unwrap_or_default();
+        cases
+            .entry(case)
+            .or_default()
+            .insert((e.result.writer.as_str(), e.result.reader.as_str()), e);
+    }
+    let pairs: Vec<(&str, &str)> = writers
+        .iter()
+        .flat_map(|w| readers.iter().map(move |r| (*w, *r)))
+        .collect();
+    let _ = write!(
+        out,
+        "<details><summary>Per case ({} cases)</summary>\n<table class=\"impls\">\n<thead><tr><th>case</th>",
+        cases.len()
+    );
+    for (w, r) in &pairs {
+        let _ = write!(out, "<th>{} → {}</th>", h(w), h(r));
+    }
+    out.push_str("</tr></thead>\n<tbody>\n");
+    for (case, by_pair) in &cases {
+        let _ = write!(out, "<tr><td><code>{}</code></td>", h(case));
+        for pair in &pairs {
+            match by_pair.get(pair) {
+                Some(e) => {
+                    let _ = write!(out, "<td>{}</td>", interop_badge(e));
+                }
+                None => out.push_str("<td>—</td>"),
+            }
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</tbody>\n</table>\n</details>\n</section>\n");
+}
+
+/// An interop trial's outcome as a badge, its first line of detail as the title.
+fn interop_badge(e: &InteropEntry) -> String {
+    let mut title = e.outcome.name().to_owned();
+    if !e.result.detail.is_empty() {
+        title.push_str(&format!(" — {}", first_line(&e.result.detail, 160)));
+    }
+    format!(
+        "<span class=\"badge o-{}\" title=\"{}\">{}</span>",
+        e.outcome.slug(),
+        at(&title),
+        h(e.outcome.name())
+    )
 }
 
 /// Compares with runs of digits as numbers (`§2` before `§10`).
