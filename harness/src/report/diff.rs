@@ -299,10 +299,7 @@ impl ReportDiff {
 
     /// The diff as pretty JSON.
     pub fn to_json(&self) -> String {
-        let mut text =
-            serde_json::to_string_pretty(self).expect("a diff is plain data and always serializes");
-        text.push('\n');
-        text
+        super::pretty_json(self)
     }
 
     /// Markdown to paste in a pull request: a summary table, then worse,
@@ -630,10 +627,7 @@ impl RunDiff {
 
     /// The diff as pretty JSON.
     pub fn to_json(&self) -> String {
-        let mut text =
-            serde_json::to_string_pretty(self).expect("a diff is plain data and always serializes");
-        text.push('\n');
-        text
+        super::pretty_json(self)
     }
 
     /// Markdown: each implementation's diff (one section each), then the

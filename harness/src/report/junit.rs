@@ -1,6 +1,6 @@
 //! JUnit XML, the form CI systems read.
 
-use super::run::{InteropEntry, RunReport};
+use super::run::RunReport;
 use super::{escape_xml, first_line, Outcome, Report, ResultEntry, Summary};
 use crate::runner::Verdict;
 use std::collections::BTreeMap;
@@ -31,21 +31,13 @@ pub(super) fn render_run(run: &RunReport) -> String {
     }
     let mut total = Summary::default();
     for r in &run.implementations {
-        let s = &r.summary;
-        total.total += s.total;
-        total.fail += s.fail;
-        total.unexpected_pass += s.unexpected_pass;
-        total.error += s.error;
-        total.expected_failure += s.expected_failure;
-        total.unsupported += s.unsupported;
+        total.add(&r.summary);
     }
-    let interop = interop_summary(&run.interop);
-    total.total += interop.total;
-    total.fail += interop.fail;
-    total.unexpected_pass += interop.unexpected_pass;
-    total.error += interop.error;
-    total.expected_failure += interop.expected_failure;
-    total.unsupported += interop.unsupported;
+    let mut interop = Summary::default();
+    for e in &run.interop {
+        interop.count_one(e.outcome, e.result.verdict);
+    }
+    total.add(&interop);
     let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     open_testsuites(
         &mut out,
@@ -117,22 +109,6 @@ pub(super) fn render_run(run: &RunReport) -> String {
     }
     out.push_str("</testsuites>\n");
     out
-}
-
-fn interop_summary(entries: &[InteropEntry]) -> Summary {
-    let mut s = Summary::default();
-    for e in entries {
-        s.total += 1;
-        match e.outcome {
-            Outcome::Pass => s.pass += 1,
-            Outcome::ExpectedFailure => s.expected_failure += 1,
-            Outcome::UnexpectedPass => s.unexpected_pass += 1,
-            Outcome::Fail => s.fail += 1,
-            Outcome::Error => s.error += 1,
-            Outcome::Unsupported => s.unsupported += 1,
-        }
-    }
-    s
 }
 
 fn open_testsuites(out: &mut String, name: &str, s: &Summary) {

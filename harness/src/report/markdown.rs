@@ -379,10 +379,10 @@ pub(super) fn render_run(run: &RunReport, spec: &SpecMap) -> String {
         names.len(),
         run.interop.len()
     );
-    let total: Summary = run
-        .implementations
-        .iter()
-        .fold(Summary::default(), |a, r| add(a, &r.summary));
+    let mut total = Summary::default();
+    for r in &run.implementations {
+        total.add(&r.summary);
+    }
     let interop_unexpected = run
         .interop
         .iter()
@@ -500,19 +500,6 @@ pub(super) fn render_run(run: &RunReport, spec: &SpecMap) -> String {
     }
     out.push('\n');
     out
-}
-
-fn add(a: Summary, b: &Summary) -> Summary {
-    Summary {
-        total: a.total + b.total,
-        pass: a.pass + b.pass,
-        pass_unnamed: a.pass_unnamed + b.pass_unnamed,
-        expected_failure: a.expected_failure + b.expected_failure,
-        unexpected_pass: a.unexpected_pass + b.unexpected_pass,
-        fail: a.fail + b.fail,
-        error: a.error + b.error,
-        unsupported: a.unsupported + b.unsupported,
-    }
 }
 
 /// The writer × reader matrix (cases each pair agrees on) and the interop

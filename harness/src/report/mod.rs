@@ -203,20 +203,37 @@ impl Summary {
     pub fn of<'a>(entries: impl IntoIterator<Item = &'a ResultEntry>) -> Summary {
         let mut s = Summary::default();
         for e in entries {
-            s.total += 1;
-            match e.outcome {
-                Outcome::Pass => s.pass += 1,
-                Outcome::ExpectedFailure => s.expected_failure += 1,
-                Outcome::UnexpectedPass => s.unexpected_pass += 1,
-                Outcome::Fail => s.fail += 1,
-                Outcome::Error => s.error += 1,
-                Outcome::Unsupported => s.unsupported += 1,
-            }
-            if e.outcome == Outcome::Pass && e.result.verdict == Verdict::PassUnnamed {
-                s.pass_unnamed += 1;
-            }
+            s.count_one(e.outcome, e.result.verdict);
         }
         s
+    }
+
+    /// Counts one trial of `outcome` and `verdict`.
+    pub fn count_one(&mut self, outcome: Outcome, verdict: Verdict) {
+        self.total += 1;
+        match outcome {
+            Outcome::Pass => self.pass += 1,
+            Outcome::ExpectedFailure => self.expected_failure += 1,
+            Outcome::UnexpectedPass => self.unexpected_pass += 1,
+            Outcome::Fail => self.fail += 1,
+            Outcome::Error => self.error += 1,
+            Outcome::Unsupported => self.unsupported += 1,
+        }
+        if outcome == Outcome::Pass && verdict == Verdict::PassUnnamed {
+            self.pass_unnamed += 1;
+        }
+    }
+
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &Summary) {
+        self.total += other.total;
+        self.pass += other.pass;
+        self.pass_unnamed += other.pass_unnamed;
+        self.expected_failure += other.expected_failure;
+        self.unexpected_pass += other.unexpected_pass;
+        self.fail += other.fail;
+        self.error += other.error;
+        self.unsupported += other.unsupported;
     }
 
     /// The number of trials with `outcome`.
@@ -445,10 +462,7 @@ impl Report {
 
     /// The report as pretty JSON.
     pub fn to_json(&self) -> String {
-        let mut text = serde_json::to_string_pretty(self)
-            .expect("a report is plain data and always serializes");
-        text.push('\n');
-        text
+        pretty_json(self)
     }
 
     /// Reads a report written by [`Report::to_json`].
@@ -612,6 +626,13 @@ fn unmapped_clauses<'a>(
         .filter(|c| !spec.contains_key(*c))
         .cloned()
         .collect()
+}
+
+/// Pretty JSON with a final newline, of plain data (which always serializes).
+pub(crate) fn pretty_json(value: &impl Serialize) -> String {
+    let mut text = serde_json::to_string_pretty(value).expect("plain data always serializes");
+    text.push('\n');
+    text
 }
 
 /// Escapes text for XML and HTML content and attribute values. Characters

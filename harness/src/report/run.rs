@@ -143,10 +143,7 @@ impl RunReport {
 
     /// The run as pretty JSON.
     pub fn to_json(&self) -> String {
-        let mut text =
-            serde_json::to_string_pretty(self).expect("a run is plain data and always serializes");
-        text.push('\n');
-        text
+        super::pretty_json(self)
     }
 
     /// Merges the runs of several files (`(label, run)`, the label naming
