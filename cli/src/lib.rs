@@ -5,5 +5,6 @@
 
 #![warn(missing_docs)]
 
-pub mod allocator;
+/// The global allocator `mrec` links (the `mrec-allocator` crate).
+pub use mrec_allocator as allocator;
 pub mod bench;

@@ -2,14 +2,15 @@
 
 use clap::{Parser, Subcommand};
 use molrec::lmdb::{write_collection, Reader, Writer, WriterOptions};
-use molrec::model::Collection;
-use molrec::model_json::{collection_from_str, collection_to_json};
+use molrec::model_json::collection_to_json;
 use molrec::Error;
 use serde_json::{json, Value};
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU8, Ordering::SeqCst};
+
+mod import;
 
 /// mimalloc, not the system's allocator: reading a record whole makes and
 /// frees a hundred small allocations (names, strings, arrays), where
@@ -22,7 +23,8 @@ const EXIT_HELP: &str = "Exit codes:
   0  success (for `validate`: the file conforms)
   1  refused: the input breaks a spec clause (each printed on stderr as [clause-id])
   2  usage error
-  3  i/o or environment error (missing file, full disk, lock held)";
+  3  i/o or environment error (missing file, full disk, lock held)
+  4  `mrec import`: bad input (a row that is not what ASE writes), named by shard and key";
 
 /// Write, dump, inspect and validate molrec collection files (`*.mrec.lmdb`).
 #[derive(Parser)]
@@ -72,6 +74,11 @@ enum Command {
         /// A `.mrec.lmdb` file.
         file: PathBuf,
     },
+    /// Import another format into a new collection (docs/import.md).
+    Import {
+        #[command(subcommand)]
+        format: ImportCommand,
+    },
     /// Speak the harness's subprocess protocol on stdin/stdout (docs/adapters.md).
     Adapter,
     /// Benchmark writing and reading on a generated, seed-shaped workload
@@ -101,6 +108,69 @@ enum Command {
     },
 }
 
+#[derive(Subcommand)]
+enum ImportCommand {
+    /// ASE-LMDB shards (`ase-db-backends`' aselmdb, as FairChem uses it):
+    /// `mrec import aselmdb IN... OUT.mrec.lmdb`. One row is one record
+    /// of one frame, unless `--group-by`. The mapping: docs/import.md.
+    Aselmdb {
+        /// The shards (`IN...`), then the output `.mrec.lmdb` file (`OUT`).
+        #[arg(required = true, num_args = 2.., value_name = "PATH")]
+        paths: Vec<PathBuf>,
+        /// One record per value of this key (a key_value_pair, else a
+        /// scalar of `data`), whose frames are its rows.
+        #[arg(long, value_name = "KEY")]
+        group_by: Option<String>,
+        /// With --group-by: the frames in the order of this integer key,
+        /// whose value is the step (default: shard and id order).
+        #[arg(long, value_name = "KEY", requires = "group_by")]
+        order_by: Option<String>,
+        /// An own index column of the collection: one value per record
+        /// from this key (repeatable).
+        #[arg(long = "index-column", value_name = "KEY")]
+        index_columns: Vec<String>,
+        /// Count and report bad rows and refused records instead of stopping.
+        #[arg(long)]
+        skip_bad: bool,
+        /// Replace an existing output file.
+        #[arg(long)]
+        overwrite: bool,
+        /// No progress bar.
+        #[arg(long)]
+        quiet: bool,
+        /// The most bytes one row may inflate to.
+        #[arg(long, default_value_t = 256 << 20)]
+        max_row_bytes: usize,
+        /// Read and decode every row, write nothing (a benchmark baseline).
+        #[arg(long, hide = true)]
+        decode_only: bool,
+        /// Threads that read, decode and map rows (default: the cores, at
+        /// most 4; `--decode-only`: 1, the baseline).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=64))]
+        threads: Option<u64>,
+    },
+    /// Check the LMDB page structure of shards (what `import aselmdb`
+    /// runs in a child process first).
+    #[command(hide = true)]
+    CheckPages {
+        /// The shards.
+        paths: Vec<PathBuf>,
+    },
+    /// Benchmark: import speed against decoding the same source, and peak
+    /// memory at two scales (build with --release).
+    Bench {
+        /// Rows of the small scale; the large one has four times as many.
+        #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
+        rows: u64,
+        /// Runs of each figure (the median is printed).
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
+        runs: u64,
+        /// Directory for the files (default: a temporary one, deleted after).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -123,6 +193,7 @@ fn main() -> ExitCode {
         Command::Info { file } => info(&file),
         Command::Validate { file } => return validate(&file),
         Command::Adapter => adapter(),
+        Command::Import { format } => return import_command(format),
         Command::Bench {
             records,
             seed,
@@ -160,16 +231,6 @@ fn exit_code(e: &Error) -> ExitCode {
     }
 }
 
-fn read_model(model: &Path) -> Result<String, Error> {
-    if model == Path::new("-") {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
-        Ok(text)
-    } else {
-        std::fs::read_to_string(model).map_err(|e| Error::io_at(model, e))
-    }
-}
-
 /// `mrec write`'s state for its interrupt handler.
 static WRITE_STATE: AtomicU8 = AtomicU8::new(PARSING);
 /// Reading the model: an interrupt exits at once (nothing is written yet).
@@ -190,25 +251,472 @@ fn write(model: &Path, out: &Path, options: WriterOptions) -> Result<(), Error> 
     if let Err(e) = handler {
         eprintln!("mrec write: no interrupt handler ({e}): an interrupt leaves the partial file");
     }
-    let Collection {
-        header,
-        index,
-        records,
-    } = collection_from_str(&read_model(model)?)?;
+    let mut input = stream_json::Input::open(model)?;
+    // Pass 1: everything but the records (skipped as they are read).
+    let (header, index) = stream_json::header(&mut input)?;
     // Before `create`: an interrupt while it starts the partial file is
     // seen at the first record.
     WRITE_STATE.store(WRITING, SeqCst);
     let mut writer = Writer::create(out, header, options)?;
-    for record in records {
+    // Pass 2: the records, one at a time.
+    let mut stopped = false;
+    let streamed = stream_json::records(&mut input, |record| {
         if WRITE_STATE.load(SeqCst) == INTERRUPTED {
-            // Deletes the partial file; `out` stays as it was.
-            drop(writer);
-            eprintln!("\nmrec write: interrupted; {} is as it was", out.display());
-            std::process::exit(130);
+            stopped = true;
+            return Err(Error::Io(std::io::ErrorKind::Interrupted.into()));
         }
-        writer.append(record)?;
+        writer.append(record)
+    });
+    if stopped {
+        // Deletes the partial file; `out` stays as it was.
+        drop(writer);
+        eprintln!("\nmrec write: interrupted; {} is as it was", out.display());
+        std::process::exit(130);
     }
+    streamed?;
     writer.finish(index)
+}
+
+/// `mrec write`'s input read in two passes, so that memory holds one
+/// record at a time, never the document: the first pass reads every key
+/// but `records` (whose values it skips as it parses them) and checks
+/// them as `collection_from_json` does, because `meta`,
+/// `sequence_schema` and `forcefield` are needed before the first
+/// record is written and may come after `records` (`mrec dump` writes
+/// keys in sorted order: `sequence_schema` last); the second pass reads
+/// the records one by one and hands each to the writer. A file is read
+/// twice from disk; stdin is first copied to an unnamed temporary file
+/// (disk, not memory, holds the document). Peak memory: the largest
+/// record (as a JSON value and as the model), the header and `index`
+/// values, and the writer's own (two batches).
+mod stream_json {
+    use molrec::model::Record;
+    use molrec::model::{Column, Header};
+    use molrec::model_json::{collection_from_json, index_path, key_path, record_from_json};
+    use molrec::typed_json::brief;
+    use molrec::{Clause, Error};
+    use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+    use serde_json::{Map, Value};
+    use std::collections::BTreeMap;
+    use std::fmt;
+    use std::fs::File;
+    use std::io::{BufReader, Seek, SeekFrom};
+    use std::path::{Path, PathBuf};
+
+    const KEYS: &[&str] = &["meta", "sequence_schema", "index", "forcefield", "records"];
+
+    /// The document, seekable.
+    pub struct Input {
+        file: File,
+        path: PathBuf,
+    }
+
+    impl Input {
+        /// Opens the document. Stdin (`-`) and anything else that is not
+        /// a regular file (a pipe, `<(...)`) are first copied to an
+        /// unnamed temporary file, which the two passes read.
+        pub fn open(model: &Path) -> Result<Input, Error> {
+            if model != Path::new("-") {
+                let file = File::open(model).map_err(|e| Error::io_at(model, e))?;
+                let regular = file.metadata().is_ok_and(|m| m.is_file());
+                if regular {
+                    return Ok(Input {
+                        file,
+                        path: model.to_path_buf(),
+                    });
+                }
+                return Input::spooled(file, model);
+            }
+            Input::spooled(std::io::stdin().lock(), model)
+        }
+
+        fn spooled(mut from: impl std::io::Read, model: &Path) -> Result<Input, Error> {
+            let dir = std::env::temp_dir();
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            let name = format!("mrec-write-input-{}-{nanos}.json", std::process::id());
+            let path = dir.join(name);
+            let mut file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .map_err(|e| Error::io_at(&path, e))?;
+            // Unnamed from here on: the disk space goes with the process.
+            let _ = std::fs::remove_file(&path);
+            std::io::copy(&mut from, &mut file).map_err(|e| Error::io_at(&dir, e))?;
+            Ok(Input {
+                file,
+                path: model.to_path_buf(),
+            })
+        }
+
+        fn reader(&mut self) -> Result<BufReader<&File>, Error> {
+            self.file
+                .seek(SeekFrom::Start(0))
+                .map_err(|e| Error::io_at(&self.path, e))?;
+            Ok(BufReader::with_capacity(256 << 10, &self.file))
+        }
+    }
+
+    fn not_json(e: serde_json::Error) -> Error {
+        Error::refused(Clause::ModelJson, "", format!("not a JSON text: {e}"))
+    }
+
+    /// An error met inside a visitor, kept apart from serde's own.
+    type Kept = std::cell::RefCell<Option<Error>>;
+
+    fn keep<E: de::Error>(kept: &Kept, e: Error) -> E {
+        let message = e.to_string();
+        *kept.borrow_mut() = Some(e);
+        E::custom(message)
+    }
+
+    /// Pass 1: the header and the index, checked as `collection_from_json`
+    /// checks them (the same refusals, the same paths).
+    pub fn header(input: &mut Input) -> Result<(Header, BTreeMap<String, Column>), Error> {
+        let kept = Kept::default();
+        let mut de = serde_json::Deserializer::from_reader(input.reader()?);
+        let found = DocumentVisitor {
+            kept: &kept,
+            records: None,
+        }
+        .deserialize(&mut de);
+        let found = match (found, kept.into_inner()) {
+            (_, Some(e)) => return Err(e),
+            (Err(e), None) => return Err(not_json(e)),
+            (Ok(found), None) => found,
+        };
+        de.end().map_err(not_json)?;
+        let c = collection_from_json(&Value::Object(found))?;
+        Ok((c.header, c.index))
+    }
+
+    /// Pass 2: hands each record to `each`, in order; its first error stops.
+    pub fn records(
+        input: &mut Input,
+        mut each: impl FnMut(Record) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        let kept = Kept::default();
+        let mut de = serde_json::Deserializer::from_reader(input.reader()?);
+        let done = DocumentVisitor {
+            kept: &kept,
+            records: Some(&mut each),
+        }
+        .deserialize(&mut de);
+        match (done, kept.into_inner()) {
+            (_, Some(e)) => Err(e),
+            (Err(e), None) => Err(not_json(e)),
+            (Ok(_), None) => Ok(()),
+        }
+    }
+
+    type Each<'a> = &'a mut dyn FnMut(Record) -> Result<(), Error>;
+
+    /// The top-level object. Without `records`: keeps every other key's
+    /// value and `"records": []` (the array's elements skipped). With it:
+    /// skips every other key and hands each record to the callback.
+    struct DocumentVisitor<'a, 'b> {
+        kept: &'a Kept,
+        records: Option<Each<'b>>,
+    }
+
+    impl<'de> DeserializeSeed<'de> for DocumentVisitor<'_, '_> {
+        type Value = Map<String, Value>;
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for DocumentVisitor<'_, '_> {
+        type Value = Map<String, Value>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a collection (a JSON object)")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut found = Map::new();
+            let mut seen: Vec<String> = Vec::new();
+            while let Some(key) = map.next_key::<String>()? {
+                // A repeated key (which a whole-document parse took the
+                // last of) is refused: the passes could not agree on it.
+                if seen.contains(&key) {
+                    return Err(keep(
+                        self.kept,
+                        Error::refused(
+                            Clause::ModelJson,
+                            key_path("", &key),
+                            format!("the key {key:?} appears twice in the collection"),
+                        ),
+                    ));
+                }
+                seen.push(key.clone());
+                if !KEYS.contains(&key.as_str()) {
+                    return Err(keep(
+                        self.kept,
+                        Error::refused(
+                            Clause::ModelJson,
+                            key_path("", &key),
+                            format!(
+                                "unknown key {key:?} in a collection (allowed: {})",
+                                KEYS.join(", ")
+                            ),
+                        ),
+                    ));
+                }
+                match (&mut self.records, key.as_str()) {
+                    (None, "records") => {
+                        map.next_value_seed(RecordsSeed {
+                            kept: self.kept,
+                            each: None,
+                        })?;
+                        found.insert(key, Value::Array(Vec::new()));
+                    }
+                    (None, _) => {
+                        found.insert(key, map.next_value()?);
+                    }
+                    (Some(each), "records") => {
+                        map.next_value_seed(RecordsSeed {
+                            kept: self.kept,
+                            each: Some(&mut **each),
+                        })?;
+                    }
+                    (Some(_), _) => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(found)
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut n = 0;
+            while seq.next_element::<IgnoredAny>()?.is_some() {
+                n += 1;
+            }
+            Err(self.not_object(&format!("an array of {n}")))
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Err(self.not_object(&brief(&Value::from(v))))
+        }
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+            Err(self.not_object(&brief(&Value::from(v))))
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            Err(self.not_object(&brief(&Value::from(v))))
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            Err(self.not_object(&brief(&Value::from(v))))
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+            Err(self.not_object(&brief(&Value::from(v))))
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Err(self.not_object("null"))
+        }
+    }
+
+    impl DocumentVisitor<'_, '_> {
+        fn not_object<E: de::Error>(&self, got: &str) -> E {
+            keep(
+                self.kept,
+                Error::refused(
+                    Clause::ModelJson,
+                    "",
+                    format!("expected a collection (a JSON object), got {got}"),
+                ),
+            )
+        }
+    }
+
+    /// `records`: an array, whose elements are skipped (`each` is `None`)
+    /// or read one at a time into a record.
+    struct RecordsSeed<'a, 'b> {
+        kept: &'a Kept,
+        each: Option<Each<'b>>,
+    }
+
+    impl<'de> DeserializeSeed<'de> for RecordsSeed<'_, '_> {
+        type Value = ();
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for RecordsSeed<'_, '_> {
+        type Value = ();
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("the records (an array)")
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            let Some(each) = self.each else {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                return Ok(());
+            };
+            let mut i = 0;
+            while let Some(value) = seq.next_element::<Value>()? {
+                let record = record_from_json(&value, &index_path("records", i))
+                    .map_err(|e| keep(self.kept, e))?;
+                drop(value);
+                each(record).map_err(|e| keep(self.kept, e))?;
+                i += 1;
+            }
+            Ok(())
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            Err(self.not_array("an object"))
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+            Err(self.not_array(&brief(&Value::from(v))))
+        }
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
+            Err(self.not_array(&brief(&Value::from(v))))
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
+            Err(self.not_array(&brief(&Value::from(v))))
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
+            Err(self.not_array(&brief(&Value::from(v))))
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
+            Err(self.not_array(&brief(&Value::from(v))))
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+            Err(self.not_array("null"))
+        }
+    }
+
+    impl RecordsSeed<'_, '_> {
+        fn not_array<E: de::Error>(&self, got: &str) -> E {
+            keep(
+                self.kept,
+                Error::refused(
+                    Clause::ModelJson,
+                    "records",
+                    format!("expected the records (an array), got {got}"),
+                ),
+            )
+        }
+    }
+}
+
+fn interrupted() -> bool {
+    WRITE_STATE.load(SeqCst) == INTERRUPTED
+}
+
+/// `mrec import`: exit 0, or 1 (a refusal of the library), 3 (i/o), 4
+/// (bad input), 130 (interrupted; the output is as it was).
+fn import_command(command: ImportCommand) -> ExitCode {
+    use import::ImportError;
+    match command {
+        ImportCommand::CheckPages { paths } => match import::check_pages(&paths) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::from(4)
+            }
+        },
+        ImportCommand::Bench { rows, runs, dir } => {
+            let options = import::bench::BenchOptions {
+                rows,
+                runs: runs as usize,
+                dir,
+            };
+            match import::bench::run(&options) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("mrec import bench: {e}");
+                    ExitCode::from(3)
+                }
+            }
+        }
+        ImportCommand::Aselmdb {
+            mut paths,
+            group_by,
+            order_by,
+            index_columns,
+            skip_bad,
+            overwrite,
+            quiet,
+            max_row_bytes,
+            decode_only,
+            threads,
+        } => {
+            let out = paths.pop().expect("clap requires two paths");
+            let handler = ctrlc::set_handler(|| {
+                let asked = WRITE_STATE.compare_exchange(WRITING, INTERRUPTED, SeqCst, SeqCst);
+                if asked.is_err() {
+                    eprintln!("\nmrec import: interrupted");
+                    std::process::exit(130);
+                }
+            });
+            if let Err(e) = handler {
+                eprintln!(
+                    "mrec import: no interrupt handler ({e}): an interrupt leaves the partial file"
+                );
+            }
+            WRITE_STATE.store(WRITING, SeqCst);
+            let options = import::Options {
+                inputs: paths,
+                out: out.clone(),
+                group_by,
+                order_by,
+                index_columns,
+                skip_bad,
+                progress: !quiet,
+                decode_only,
+                workers: threads.map_or_else(
+                    || {
+                        if decode_only {
+                            1
+                        } else {
+                            std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
+                        }
+                    },
+                    |t| t as usize,
+                ),
+                max_row_bytes,
+                writer: WriterOptions {
+                    overwrite,
+                    ..WriterOptions::default()
+                },
+                interrupted,
+            };
+            match import::run(&options) {
+                Ok(report) => {
+                    print!("{}", report.text(&out));
+                    let rate = report.rows_read() as f64 / report.secs.max(1e-9);
+                    let peak = import::peak_memory_kib()
+                        .map_or(String::new(), |k| format!(", peak memory {k} KiB (VmHWM)"));
+                    eprintln!(
+                        "mrec import: {} rows in {:.2} s ({rate:.0} rows/s; finish {:.2} s){peak}",
+                        report.rows_read(),
+                        report.secs,
+                        report.finish_secs
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(ImportError::Interrupted) => {
+                    eprintln!("\nmrec import: interrupted; {} is as it was", out.display());
+                    ExitCode::from(130)
+                }
+                Err(ImportError::Bad(m)) => {
+                    eprintln!("mrec import: {m}");
+                    ExitCode::from(4)
+                }
+                Err(ImportError::Mrec(e)) => {
+                    eprintln!("mrec import: {e}");
+                    exit_code(&e)
+                }
+            }
+        }
+    }
 }
 
 fn dump(file: &Path) -> Result<(), Error> {

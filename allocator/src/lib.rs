@@ -1,4 +1,5 @@
-//! The global allocator `mrec` and the profiling examples link: mimalloc,
+//! The global allocator `mrec`, its profiling examples and the Python
+//! package's extension link: mimalloc,
 //! called without an alignment argument wherever its plain calls already
 //! give the alignment asked for.
 //!
@@ -15,11 +16,11 @@
 //! 16 that is not larger than the size. Any other layout keeps the aligned
 //! calls. `docs/benchmark.md` has the instructions and times this saves.
 //!
-//! The library itself does not set a global allocator; a program opts in:
+//! The `molrec` library does not set a global allocator; a program opts in:
 //!
 //! ```no_run
 //! #[global_allocator]
-//! static ALLOCATOR: mrec_cli::allocator::Mimalloc = mrec_cli::allocator::Mimalloc;
+//! static ALLOCATOR: mrec_allocator::Mimalloc = mrec_allocator::Mimalloc;
 //! ```
 
 use core::alloc::{GlobalAlloc, Layout};

@@ -1,0 +1,60 @@
+"""The exceptions of `mrec`: every one subclasses a built-in exception.
+
+Raised by the Rust side (`mrec._native`) and picklable, so that an error in
+a loader worker reaches the parent process whole.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+
+class Refused(ValueError):
+    """The collection (or a record given to a writer) breaks a rule of the
+    format.
+
+    ``clause`` is the id of the clause (a key of ``spec-map.toml``, e.g.
+    ``"collection.meta.units-required"``); ``path`` says where inside the
+    collection (e.g. ``"records[3].trajectory.frames[2].blocks.atoms"``, empty
+    for the file as a whole); ``file`` is the collection file's path and
+    ``detail`` what was seen.
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        clause: Optional[str] = None,
+        path: str = "",
+        file: Optional[str] = None,
+        detail: Optional[str] = None,
+    ) -> None:
+        super().__init__(message)
+        self.clause = clause
+        self.path = path
+        self.file = file
+        self.detail = detail
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        message = self.args[0] if self.args else ""
+        return (type(self), (message, self.clause, self.path, self.file, self.detail))
+
+
+class Uncommitted(Refused):
+    """The file is not a committed collection (no ``meta`` key: its writer
+    failed or was killed before it finished). Clause ``lmdb.meta.required``."""
+
+
+class Busy(Refused):
+    """Another writer holds the path (clause ``lmdb.file.one-writer``)."""
+
+
+class LmdbError(RuntimeError):
+    """An LMDB error that is not a property of the data (map full, reader
+    table full, ...)."""
+
+
+class InternalError(RuntimeError):
+    """A bug: the Rust side panicked. The panic was caught at the boundary."""
+
+
+__all__ = ["Refused", "Uncommitted", "Busy", "LmdbError", "InternalError"]
