@@ -15,7 +15,9 @@
 use crate::adapter::{Implementation, Outcome};
 use crate::inspect::inspect_file;
 use crate::judge;
-use crate::runner::{expected_file, judged, remove_file_and_lock, Decided, Expect, Verdict};
+use crate::runner::{
+    expected_file, read_and_judge, remove_file_and_lock, Decided, Expect, Verdict,
+};
 use crate::suite::{Case, Direction, Kind, Layout, Suite};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -218,23 +220,9 @@ pub fn read_cases(
 }
 
 fn read_one(layout: &Layout, case: &Case, reader: &mut dyn Implementation, path: &Path) -> Decided {
-    let fixture = match fixture_of(layout, case) {
-        Ok(f) => f,
-        Err(e) => return (Verdict::Error, e, None),
-    };
-    match reader.read(path) {
-        Outcome::Done(actual) => judged(&fixture, Expect::Written, &actual, "the reader read back"),
-        Outcome::Refused { message, clause } => (
-            Verdict::Fail,
-            format!("the reader refused the file: {message}"),
-            clause,
-        ),
-        Outcome::Unsupported => (
-            Verdict::Unsupported,
-            "the reader does not read".into(),
-            None,
-        ),
-        Outcome::Error(e) => (Verdict::Error, format!("the reader: {e}"), None),
+    match fixture_of(layout, case) {
+        Ok(fixture) => read_and_judge(&fixture, Expect::Written, reader, path),
+        Err(e) => (Verdict::Error, e, None),
     }
 }
 

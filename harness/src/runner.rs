@@ -253,7 +253,7 @@ pub(crate) enum Expect {
     Stored,
 }
 
-fn read_and_judge(
+pub(crate) fn read_and_judge(
     fixture: &Value,
     expect: Expect,
     imp: &mut dyn Implementation,
@@ -271,7 +271,7 @@ fn read_and_judge(
     }
 }
 
-pub(crate) fn judged(fixture: &Value, expect: Expect, actual: &Value, what: &str) -> Decided {
+fn judged(fixture: &Value, expect: Expect, actual: &Value, what: &str) -> Decided {
     let compared = match expect {
         Expect::Written => judge::compare(fixture, actual),
         Expect::Stored => judge::compare_stored(fixture, actual),

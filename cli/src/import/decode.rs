@@ -368,22 +368,24 @@ impl<'de> DeserializeSeed<'de> for ScalarSeed {
 
 struct ScalarVisitor;
 
+/// What a scalar float is besides an array of one value: an element
+/// ([`FlatFloat`]).
 impl<'de> Visitor<'de> for ScalarVisitor {
     type Value = f64;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a number")
     }
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<f64, E> {
-        Ok(v)
+        FlatFloat.visit_f64(v)
     }
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<f64, E> {
-        Ok(v as f64)
+        FlatFloat.visit_i64(v)
     }
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<f64, E> {
-        Ok(v as f64)
+        FlatFloat.visit_u64(v)
     }
     fn visit_str<E: de::Error>(self, v: &str) -> Result<f64, E> {
-        marked_float(v).ok_or_else(|| E::custom(format!("expected a number, got the string {v:?}")))
+        FlatFloat.visit_str(v)
     }
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<f64, A::Error> {
         let arr = ArrVisitor.visit_map(map)?;

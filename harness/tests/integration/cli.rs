@@ -163,13 +163,7 @@ fn trial_names_in_the_docs_exist() {
         })
     };
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut docs = vec![root.join("README.md"), root.join("CONTRIBUTING.md")];
-    for entry in std::fs::read_dir(root.join("docs")).expect("docs/") {
-        let path = entry.expect("entry").path();
-        if path.extension().is_some_and(|e| e == "md") {
-            docs.push(path);
-        }
-    }
+    let docs = crate::common::user_docs();
     let mut checked = 0;
     for doc in &docs {
         let text = std::fs::read_to_string(doc).expect("doc");

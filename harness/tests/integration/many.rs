@@ -394,20 +394,8 @@ fn merged_runs_match_one_run_and_mismatched_suites_are_refused() {
 /// (run with `--help` appended: an unknown option or subcommand fails).
 #[test]
 fn documented_commands_use_release_and_parse() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut docs = vec![
-        root.join("README.md"),
-        root.join("CONTRIBUTING.md"),
-        root.join("adapters/python/README.md"),
-    ];
-    for entry in std::fs::read_dir(root.join("docs")).expect("docs/") {
-        let path = entry.expect("entry").path();
-        if path.extension().is_some_and(|e| e == "md") {
-            docs.push(path);
-        }
-    }
     let mut checked = 0;
-    for doc in &docs {
+    for doc in &crate::common::user_docs() {
         let text = std::fs::read_to_string(doc)
             .expect("doc")
             .replace("\\\n", " ");
