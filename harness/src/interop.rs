@@ -13,10 +13,8 @@
 //! column or row.
 
 use crate::adapter::{Implementation, Outcome};
-use crate::inspect::inspect_file;
-use crate::judge;
 use crate::runner::{
-    expected_file, read_and_judge, remove_file_and_lock, Decided, Expect, Verdict,
+    inspect_written, read_and_judge, remove_file_and_lock, Decided, Expect, Verdict,
 };
 use crate::suite::{Case, Direction, Kind, Layout, Suite};
 use serde::{Deserialize, Serialize};
@@ -142,19 +140,8 @@ fn write_one(
         }
         Outcome::Error(e) => return Err((Verdict::Error, format!("the writer: {e}"))),
     }
-    let expected = judge::expected_logical(&fixture)
-        .map_err(|e| (Verdict::Error, format!("harness: fixture: {e}")))?;
-    let findings = inspect_file(path, Some(&expected_file(&expected)));
-    if !findings.is_empty() {
-        let lines: Vec<String> = findings
-            .iter()
-            .map(|f| format!("[{}] {}", f.clause, f.message))
-            .collect();
-        return Err((
-            Verdict::Fail,
-            format!("the writer's file fails inspection:\n{}", lines.join("\n")),
-        ));
-    }
+    inspect_written(&fixture, path)
+        .map_err(|(verdict, detail)| (verdict, format!("the writer's {detail}")))?;
     Ok(path.to_path_buf())
 }
 

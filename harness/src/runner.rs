@@ -170,21 +170,8 @@ fn round_trip_write(
         Outcome::Unsupported => return (Verdict::Unsupported, "does not write".into(), None),
         Outcome::Error(e) => return (Verdict::Error, e, None),
     }
-    let expected = match judge::expected_logical(&fixture) {
-        Ok(e) => e,
-        Err(e) => return (Verdict::Error, format!("harness: fixture: {e}"), None),
-    };
-    let findings = inspect_file(path, Some(&expected_file(&expected)));
-    if !findings.is_empty() {
-        let lines: Vec<String> = findings
-            .iter()
-            .map(|f| format!("[{}] {}", f.clause, f.message))
-            .collect();
-        return (
-            Verdict::Fail,
-            format!("file inspection:\n{}", lines.join("\n")),
-            None,
-        );
+    if let Err((verdict, detail)) = inspect_written(&fixture, path) {
+        return (verdict, detail, None);
     }
     match ctx.reference.read(path) {
         Outcome::Done(actual) => judged(
@@ -209,6 +196,26 @@ fn round_trip_write(
             None,
         ),
     }
+}
+
+/// The harness's inspection of a file written from `fixture`: an error
+/// when the fixture has no expected form, a failure listing the findings
+/// (`file inspection:` then `[clause] message` lines).
+pub(crate) fn inspect_written(fixture: &Value, path: &Path) -> Result<(), (Verdict, String)> {
+    let expected = judge::expected_logical(fixture)
+        .map_err(|e| (Verdict::Error, format!("harness: fixture: {e}")))?;
+    let findings = inspect_file(path, Some(&expected_file(&expected)));
+    if findings.is_empty() {
+        return Ok(());
+    }
+    let lines: Vec<String> = findings
+        .iter()
+        .map(|f| format!("[{}] {}", f.clause, f.message))
+        .collect();
+    Err((
+        Verdict::Fail,
+        format!("file inspection:\n{}", lines.join("\n")),
+    ))
 }
 
 /// The implementation reads a file of the fixture's content: one the
@@ -422,7 +429,7 @@ fn refusal(case: &Case, message: String, clause: Option<String>) -> Decided {
 /// each record, the blocks present at its first resolved frame (that frame
 /// must restate them) and `n_atoms` (DIGEST §3: the system's `atoms` rows,
 /// else those of the first frame that has `atoms`, else 0).
-pub(crate) fn expected_file(expected: &Value) -> Expected {
+fn expected_file(expected: &Value) -> Expected {
     let records = expected
         .get("records")
         .and_then(Value::as_array)
