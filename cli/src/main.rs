@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU8, Ordering::SeqCst};
 
-mod import;
+mod import_bench;
+use mrec_import as import;
 
 /// mimalloc, not the system's allocator: reading a record whole makes and
 /// frees a hundred small allocations (names, strings, arrays), where
@@ -623,12 +624,12 @@ fn import_command(command: ImportCommand) -> ExitCode {
             }
         },
         ImportCommand::Bench { rows, runs, dir } => {
-            let options = import::bench::BenchOptions {
+            let options = import_bench::BenchOptions {
                 rows,
                 runs: runs as usize,
                 dir,
             };
-            match import::bench::run(&options) {
+            match import_bench::run(&options) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("mrec import bench: {e}");
@@ -662,8 +663,12 @@ fn import_command(command: ImportCommand) -> ExitCode {
                 );
             }
             WRITE_STATE.store(WRITING, SeqCst);
+            let check_command = std::env::current_exe()
+                .ok()
+                .map(|exe| vec![exe.into(), "import".into(), "check-pages".into()]);
             let options = import::Options {
                 inputs: paths,
+                origin: import::Origin::AseLmdb { check_command },
                 out: out.clone(),
                 group_by,
                 order_by,

@@ -1,7 +1,8 @@
 //! `mrec._native`: the Rust half of the Python package `mrec`.
 //!
 //! A thin layer over the `molrec` library: `NativeReader` (one open
-//! collection, one process), `NativeWriter` (the streaming writer), and the
+//! collection, one process), `NativeWriter` (the streaming writer),
+//! `NativeAseImport` (`from_ase`, over the `mrec-import` crate), and the
 //! conversions between the library's owned arrays and NumPy. The Python
 //! half (`python/mrec/`) adds what a training loader needs around them:
 //! pickling, fork safety, the Dataset shape.
@@ -12,6 +13,7 @@
 //! exceptions ([`to_py_err`]).
 
 mod convert;
+mod import;
 mod read;
 mod write;
 
@@ -135,6 +137,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("VERSION", molrec::VERSION)?;
     m.add_class::<read::NativeReader>()?;
     m.add_class::<write::NativeWriter>()?;
+    m.add_class::<import::NativeAseImport>()?;
+    m.add("ASE_MAPPING", mrec_import::mapping::MAPPING_JSON)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
     m.add_function(wrap_pyfunction!(read::_after_fork_in_child, m)?)?;
     Ok(())

@@ -50,6 +50,12 @@ records; ``meta`` and ``meta_types`` lists; ``cell`` per record or
 ``None``). A column some records lack is filled with zeros there, marked
 invalid in ``validity``.
 
+Importing: :func:`from_ase` writes any iterable of ``ase.Atoms`` as a
+collection, :func:`import_files` (and ``python -m mrec import FILE... OUT``)
+every structure of files ASE reads, by the mapping of ``mrec import
+aselmdb`` (docs/import.md); :func:`to_ase` turns a record's frame back into
+an ``ase.Atoms``.
+
 Loader safety: a :class:`Collection` pickles as its path and options and
 opens its file lazily in each process (keyed by ``os.getpid()``); the
 readers a forked child inherits are closed in the child before it opens
@@ -63,7 +69,8 @@ import os
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from . import _native
-from ._errors import Busy, InternalError, LmdbError, Refused, Uncommitted
+from ._ase_import import ImportReport, ase_mapping, from_ase, import_files
+from ._errors import BadInput, Busy, InternalError, LmdbError, Refused, Uncommitted
 
 __all__ = [
     "open",
@@ -71,7 +78,12 @@ __all__ = [
     "Dataset",
     "Writer",
     "to_ase",
+    "from_ase",
+    "import_files",
+    "ase_mapping",
+    "ImportReport",
     "Refused",
+    "BadInput",
     "Uncommitted",
     "Busy",
     "LmdbError",
@@ -365,8 +377,10 @@ def to_ase(record: Mapping[str, Any], frame: int = 0) -> Any:
     positions from ``x``/``y``/``z``, of the trajectory's ``atoms`` block at
     that frame where it has them, else of the system's. The cell in effect
     (lattice vectors as rows, as ASE wants them) and its periodicity; forces
-    (``fx``/``fy``/``fz``) and ``pe`` as a single-point calculator's results
-    when present.
+    (``fx``/``fy``/``fz``), and the per-step ``pe``, ``free_energy`` and
+    ``stress`` as a single-point calculator's results (``energy``,
+    ``free_energy``, ``stress``) when present and not NaN (NaN is what an
+    import fills in for a structure that had none).
     """
     try:
         import ase
@@ -421,8 +435,12 @@ def to_ase(record: Mapping[str, Any], frame: int = 0) -> Any:
     results: Dict[str, Any] = {}
     if all(k in cols for k in ("fx", "fy", "fz")):
         results["forces"] = np.stack([cols["fx"], cols["fy"], cols["fz"]], axis=-1).astype(float)
-    if traj is not None and "pe" in traj.get("meta", {}):
-        results["energy"] = float(traj["meta"]["pe"][frame])
+    step_meta = traj.get("meta", {}) if traj is not None else {}
+    for key, name in (("pe", "energy"), ("free_energy", "free_energy"), ("stress", "stress")):
+        if key in step_meta:
+            value = np.asarray(step_meta[key][frame], dtype=float)
+            if not np.isnan(value).any():
+                results[name] = value if value.ndim else float(value)
     if results and n_atoms:
         atoms.calc = SinglePointCalculator(atoms, **results)
     return atoms

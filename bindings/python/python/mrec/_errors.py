@@ -48,6 +48,14 @@ class Busy(Refused):
     """Another writer holds the path (clause ``lmdb.file.one-writer``)."""
 
 
+class BadInput(ValueError):
+    """An import's input is not what ASE writes (a row without ``numbers``,
+    an array of the wrong shape, an object that is not an ``ase.Atoms``), or
+    a record it makes is refused by the collection rules. The message names
+    the source, the key (the structure's position in its source, from 1)
+    and what is wrong. ``skip_bad=True`` counts these instead."""
+
+
 class LmdbError(RuntimeError):
     """An LMDB error that is not a property of the data (map full, reader
     table full, ...)."""
@@ -57,4 +65,4 @@ class InternalError(RuntimeError):
     """A bug: the Rust side panicked. The panic was caught at the boundary."""
 
 
-__all__ = ["Refused", "Uncommitted", "Busy", "LmdbError", "InternalError"]
+__all__ = ["Refused", "Uncommitted", "Busy", "BadInput", "LmdbError", "InternalError"]

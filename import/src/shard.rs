@@ -9,7 +9,10 @@ use super::*;
 /// One shard, open for reading.
 pub(super) struct Shard {
     pub(super) path: PathBuf,
+    /// The file's name (or the source's, for [`Origin::Ase`]).
     pub(super) name: String,
+    /// How messages name it: `shard PATH` or `source NAME`.
+    pub(super) label: String,
     pub(super) env: Env<WithoutTls>,
     pub(super) db: Database<Bytes, Bytes>,
     pub(super) nextid: u64,
@@ -34,7 +37,7 @@ impl Shard {
             .count() as u64
     }
     pub(super) fn bad(&self, key: &str, what: impl std::fmt::Display) -> String {
-        format!("shard {}: key {key:?}: {what}", self.path.display())
+        format!("{}: key {key:?}: {what}", self.label)
     }
 }
 
@@ -65,10 +68,11 @@ pub(super) fn reserved_json(
 /// `check_pages`, which every `mrec` command runs on a file from
 /// elsewhere), so that a damaged file is refused before LMDB maps it.
 /// The check maps the whole file and reads every page of its tree, so it
-/// runs in a child process (`mrec import check-pages`): the pages it
-/// touched are not this process's resident memory, which stays flat in
-/// the shards' size. Where no child can be started, it runs here.
-pub(super) fn check_shards(paths: &[PathBuf]) -> Res<()> {
+/// runs in a child process when `command` names one (`mrec import
+/// check-pages`): the pages it touched are not this process's resident
+/// memory, which stays flat in the shards' size. Where no child can be
+/// started, it runs here.
+pub(super) fn check_shards(paths: &[PathBuf], command: Option<&[std::ffi::OsString]>) -> Res<()> {
     for path in paths {
         let meta = std::fs::metadata(path).map_err(|e| molrec::Error::io_at(path, e))?;
         if !meta.is_file() {
@@ -78,15 +82,16 @@ pub(super) fn check_shards(paths: &[PathBuf]) -> Res<()> {
             )));
         }
     }
-    let child = std::env::current_exe().and_then(|exe| {
-        std::process::Command::new(exe)
-            .args(["import", "check-pages"])
-            .args(paths)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .output()
-    });
+    let Some((program, args)) = command.and_then(|c| c.split_first()) else {
+        return check_pages(paths);
+    };
+    let child = std::process::Command::new(program)
+        .args(args)
+        .args(paths)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output();
     match child {
         Ok(out) if out.status.success() => Ok(()),
         Ok(out) if out.status.code() == Some(4) => Err(ImportError::Bad(
@@ -110,7 +115,7 @@ pub fn check_pages(paths: &[PathBuf]) -> Res<()> {
     Ok(())
 }
 
-pub(super) fn open_shard(path: &Path, limit: usize) -> Res<Shard> {
+pub(super) fn open_shard(path: &Path, label: &str, limit: usize) -> Res<Shard> {
     let meta = std::fs::metadata(path).map_err(|e| molrec::Error::io_at(path, e))?;
     if !meta.is_file() {
         return Err(ImportError::Bad(format!(
@@ -142,9 +147,7 @@ pub(super) fn open_shard(path: &Path, limit: usize) -> Res<Shard> {
         .map_err(|e| lmdb_err(path, e))?
         .ok_or_else(|| ImportError::Bad(format!("shard {}: no database", path.display())))?;
     let entries = db.len(&txn).map_err(|e| lmdb_err(path, e))?;
-    let bad = |key: &str, what: String| {
-        ImportError::Bad(format!("shard {}: key {key:?}: {what}", path.display()))
-    };
+    let bad = |key: &str, what: String| ImportError::Bad(format!("{label}: key {key:?}: {what}"));
     let get = |key: &str| -> Res<Option<Value>> {
         match db
             .get(&txn, key.as_bytes())
@@ -193,6 +196,7 @@ pub(super) fn open_shard(path: &Path, limit: usize) -> Res<Shard> {
     let shard = Shard {
         path: path.to_path_buf(),
         name,
+        label: label.to_string(),
         env,
         db,
         nextid,
@@ -437,4 +441,114 @@ pub(super) fn release_mapped_pages(path: &Path) {
     }
     #[cfg(not(target_os = "linux"))]
     let _ = path;
+}
+
+/// Writes an ASE-LMDB shard as `ase-db-backends` does: each row's JSON
+/// text zlib-compressed under its id in ASCII (`"1"`, `"2"`, ...), then
+/// `nextid`. The benchmark's workload and the Python importer's scratch
+/// shards are written by it. Rows are put in transactions of 4096.
+pub struct ShardWriter {
+    path: PathBuf,
+    env: Env<WithoutTls>,
+    db: Database<Bytes, Bytes>,
+    level: u32,
+    pending: Vec<(u64, Vec<u8>)>,
+    rows: u64,
+    deleted: Vec<u64>,
+    json_bytes: u64,
+}
+
+impl ShardWriter {
+    /// Creates the shard at `path` (replacing a file there), compressing
+    /// at zlib `level` (ASE's is 6; 1 is the fastest).
+    pub fn create(path: &Path, level: u32) -> Res<Self> {
+        molrec::lmdb::remove_with_lock_file(path);
+        let mut options = EnvOpenOptions::new().read_txn_without_tls();
+        options.map_size(1 << 40).max_dbs(0);
+        // SAFETY: valid flags for a writable NO_SUB_DIR environment.
+        unsafe { options.flags(EnvFlags::NO_SUB_DIR | EnvFlags::NO_SYNC) };
+        // SAFETY: a fresh file, written only through this environment.
+        let env = unsafe { options.open(path) }.map_err(|e| lmdb_err(path, e))?;
+        let mut txn = env.write_txn().map_err(|e| lmdb_err(path, e))?;
+        let db: Database<Bytes, Bytes> = env
+            .create_database(&mut txn, None)
+            .map_err(|e| lmdb_err(path, e))?;
+        txn.commit().map_err(|e| lmdb_err(path, e))?;
+        Ok(ShardWriter {
+            path: path.to_path_buf(),
+            env,
+            db,
+            level,
+            pending: Vec::new(),
+            rows: 0,
+            deleted: Vec::new(),
+            json_bytes: 0,
+        })
+    }
+
+    /// Appends one row's JSON text under the next id; returns the id.
+    pub fn append(&mut self, json: &[u8]) -> Res<u64> {
+        self.rows += 1;
+        self.json_bytes += json.len() as u64;
+        let value = zlib(json, self.level)?;
+        self.pending.push((self.rows, value));
+        if self.pending.len() >= 4096 {
+            self.flush(None)?;
+        }
+        Ok(self.rows)
+    }
+
+    /// Takes the next id without a row: it is listed in `deleted_ids`,
+    /// as ASE lists a deleted row's, so later ids keep their positions.
+    pub fn skip(&mut self) -> u64 {
+        self.rows += 1;
+        self.deleted.push(self.rows);
+        self.rows
+    }
+
+    /// Ids taken so far (rows appended and skipped).
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    fn flush(&mut self, nextid: Option<u64>) -> Res<()> {
+        let path = &self.path;
+        let mut txn = self.env.write_txn().map_err(|e| lmdb_err(path, e))?;
+        for (id, value) in self.pending.drain(..) {
+            self.db
+                .put(&mut txn, id.to_string().as_bytes(), &value)
+                .map_err(|e| lmdb_err(path, e))?;
+        }
+        if let Some(nextid) = nextid {
+            let value = zlib(nextid.to_string().as_bytes(), self.level)?;
+            self.db
+                .put(&mut txn, b"nextid", &value)
+                .map_err(|e| lmdb_err(path, e))?;
+            if !self.deleted.is_empty() {
+                let list = serde_json::to_string(&self.deleted)
+                    .map_err(|e| ImportError::Mrec(molrec::Error::Io(std::io::Error::other(e))))?;
+                let value = zlib(list.as_bytes(), self.level)?;
+                self.db
+                    .put(&mut txn, b"deleted_ids", &value)
+                    .map_err(|e| lmdb_err(path, e))?;
+            }
+        }
+        txn.commit().map_err(|e| lmdb_err(path, e))
+    }
+
+    /// Writes `nextid`, syncs and closes the shard; returns the bytes of
+    /// JSON text it holds (before compression).
+    pub fn finish(mut self) -> Res<u64> {
+        self.flush(Some(self.rows + 1))?;
+        self.env.force_sync().map_err(|e| lmdb_err(&self.path, e))?;
+        self.env.prepare_for_closing().wait();
+        Ok(self.json_bytes)
+    }
+}
+
+fn zlib(text: &[u8], level: u32) -> Res<Vec<u8>> {
+    use std::io::Write;
+    let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::new(level));
+    e.write_all(text).map_err(molrec::Error::Io)?;
+    Ok(e.finish().map_err(molrec::Error::Io)?)
 }

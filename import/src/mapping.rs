@@ -20,8 +20,7 @@ use molrec::model::{
 use molrec::typed_json::MetaTag;
 use molrec::DType;
 
-/// The mapping table, machine-readable (also for a Python importer).
-#[cfg(test)]
+/// The mapping table, machine-readable (`mrec.ase_mapping()` in Python).
 pub const MAPPING_JSON: &str = include_str!("mapping.json");
 
 /// Element symbols by atomic number, as `ase.data.chemical_symbols`.

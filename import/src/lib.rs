@@ -1,5 +1,13 @@
-//! `mrec import aselmdb`: ASE-LMDB shards (the `aselmdb` backend of
-//! `ase-db-backends`, as FairChem uses it) into one molrec collection.
+//! Importers into molrec collections, shared by `mrec import aselmdb` and
+//! the Python package's `mrec.from_ase` / `python -m mrec import`: ASE
+//! rows into records by the one mapping of `docs/import.md`
+//! (`mapping.json`), written through the library's streaming `Writer`.
+//!
+//! The input is ASE-LMDB shards (the `aselmdb` backend of
+//! `ase-db-backends`, as FairChem uses it). The Python importer encodes
+//! each `Atoms` as the row ASE itself would write and puts it in a scratch
+//! shard ([`ShardWriter`]), so both paths run the same decoding, mapping,
+//! grouping and report ([`Origin`] says which one is running).
 //!
 //! A shard is an LMDB file (no subdirectory) whose values are
 //! zlib-compressed JSON in ASE's encoding: the rows under their ids as
@@ -10,8 +18,8 @@
 //!
 //! Files by concern: `decode.rs` (a value into a [`decode::Row`]),
 //! `mapping.rs` (rows into a record: `docs/import.md`, `mapping.json`),
-//! `bench.rs` (`mrec import bench`), `shard.rs` (shards opened, checked
-//! and read), this file (the pass over the rows, grouping, the report).
+//! `shard.rs` (shards opened, checked, read and written), this file (the
+//! pass over the rows, grouping, the report).
 //!
 //! Memory: the rows are read and decoded on a second thread, a bounded
 //! channel apart from the thread that maps them and hands each record to
@@ -21,11 +29,12 @@
 //! bytes per row; the second fetches each group's rows by key, so memory
 //! holds the plan and the largest group.
 
-pub mod bench;
+#![warn(missing_docs)]
+
 pub mod decode;
 pub mod mapping;
 mod shard;
-pub use shard::check_pages;
+pub use shard::{check_pages, ShardWriter};
 
 use decode::{inflate, Row};
 use flate2::Decompress;
@@ -41,10 +50,37 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+/// Where the rows come from: the words of messages and of the
+/// collection's `source`, and whether the shards are checked.
+#[derive(Clone, Debug)]
+pub enum Origin {
+    /// ASE-LMDB shards from elsewhere (`mrec import aselmdb`): each is
+    /// checked page by page before LMDB maps it (`check_pages`), in a
+    /// child process when `check_command` names one (the program and its
+    /// arguments, run with the shards' paths appended; exit 4 and a
+    /// message on stderr say a shard is damaged), else in this process.
+    AseLmdb {
+        /// The child process that checks the pages, if any.
+        check_command: Option<Vec<std::ffi::OsString>>,
+    },
+    /// Scratch shards a Python importer wrote from `Atoms` objects, one
+    /// per source (named by `labels`, e.g. the file ASE read them from);
+    /// they are this process's own files and are not page-checked. A
+    /// row's key is its position in its source, from 1.
+    Ase {
+        /// What imported them (`mrec.from_ase`, `python -m mrec import`).
+        tool: String,
+        /// One name per input shard.
+        labels: Vec<String>,
+    },
+}
+
 /// What `mrec import aselmdb` is asked to do.
 pub struct Options {
     /// The shards, in order.
     pub inputs: Vec<PathBuf>,
+    /// Where they come from.
+    pub origin: Origin,
     /// The collection to write.
     pub out: PathBuf,
     /// One record per value of this key (`key_value_pairs`, then `data`).
@@ -70,6 +106,34 @@ pub struct Options {
     /// Asked between rows: whether Ctrl-C was pressed.
     pub interrupted: fn() -> bool,
 }
+
+impl Options {
+    /// An import of `inputs` into `out` with the defaults of `mrec import
+    /// aselmdb`: one record per row, a page check in this process, no
+    /// progress bar, up to 4 worker threads.
+    pub fn new(inputs: Vec<PathBuf>, out: PathBuf) -> Self {
+        Options {
+            inputs,
+            origin: Origin::AseLmdb {
+                check_command: None,
+            },
+            out,
+            group_by: None,
+            order_by: None,
+            index_columns: Vec::new(),
+            skip_bad: false,
+            progress: false,
+            decode_only: false,
+            workers: std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
+            max_row_bytes: DEFAULT_MAX_ROW_BYTES,
+            writer: WriterOptions::default(),
+            interrupted: || false,
+        }
+    }
+}
+
+/// The default bound on one row's inflated JSON: 256 MiB.
+pub const DEFAULT_MAX_ROW_BYTES: usize = 256 << 20;
 
 /// Why an import stopped.
 #[derive(Debug)]
@@ -267,6 +331,8 @@ pub struct Report {
     frames: u64,
     tally: Tally,
     decode_only: bool,
+    /// The rows came from [`Origin::Ase`] sources, not shards.
+    from_ase: bool,
     /// Seconds the whole pass took.
     pub secs: f64,
     /// Seconds of those in the writer's `finish` (which syncs: the disk).
@@ -274,6 +340,32 @@ pub struct Report {
 }
 
 impl Report {
+    /// Records written.
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+    /// Frames written (one per imported row).
+    pub fn frames(&self) -> u64 {
+        self.frames
+    }
+    /// Rows imported (in a written record).
+    pub fn rows_imported(&self) -> u64 {
+        self.rows
+    }
+    /// What the mapping counted, by section (`mapped`, `changed`, `kept`,
+    /// `dropped`): what -> how many.
+    pub fn counts(&self) -> [(&'static str, &BTreeMap<String, u64>); 4] {
+        [
+            ("mapped", &self.tally.mapped),
+            ("changed", &self.tally.changed),
+            ("kept", &self.tally.kept),
+            ("dropped", &self.tally.dropped),
+        ]
+    }
+    /// The first (up to 10) messages of what `skip_bad` dropped.
+    pub fn dropped_samples(&self) -> &[String] {
+        &self.tally.samples
+    }
     /// Rows read and decoded (imported or not).
     pub fn rows_read(&self) -> u64 {
         self.shards.iter().map(|s| s.1).sum()
@@ -289,10 +381,11 @@ impl Report {
         };
         let _ = writeln!(
             t,
-            "{verb} {} of {} rows from {} shard(s){}",
+            "{verb} {} of {} rows from {} {}(s){}",
             self.rows,
             self.rows_read(),
             self.shards.len(),
+            if self.from_ase { "source" } else { "shard" },
             if self.decode_only {
                 String::new()
             } else {
@@ -305,6 +398,10 @@ impl Report {
             }
         );
         for (name, rows, nextid, deleted, ignored) in &self.shards {
+            if self.from_ase {
+                let _ = writeln!(t, "  source {name}: {rows} rows");
+                continue;
+            }
             let _ = write!(
                 t,
                 "  shard {name}: {rows} rows (ids 1 to {}, {deleted} deleted ids skipped)",
@@ -366,7 +463,11 @@ fn collection_meta(shards: &[Shard], options: &Options) -> Map<String, Value> {
             m
         })
         .collect();
-    let mut import = json!({"tool": "mrec import aselmdb", "version": env!("CARGO_PKG_VERSION")});
+    let tool = match &options.origin {
+        Origin::AseLmdb { .. } => "mrec import aselmdb",
+        Origin::Ase { tool, .. } => tool,
+    };
+    let mut import = json!({"tool": tool, "version": env!("CARGO_PKG_VERSION")});
     if let Some(g) = &options.group_by {
         import["group_by"] = json!(g);
     }
@@ -378,10 +479,17 @@ fn collection_meta(shards: &[Shard], options: &Options) -> Map<String, Value> {
     }
     let mut meta = Map::new();
     meta.insert("units".into(), mapping::units());
-    meta.insert(
-        "source".into(),
-        json!({"format": "ase-lmdb", "shards": sources}),
-    );
+    let source = match &options.origin {
+        Origin::AseLmdb { .. } => json!({"format": "ase-lmdb", "shards": sources}),
+        Origin::Ase { .. } => json!({
+            "format": "ase",
+            "sources": shards
+                .iter()
+                .map(|s| json!({"name": s.name, "rows": s.n_rows()}))
+                .collect::<Vec<_>>(),
+        }),
+    };
+    meta.insert("source".into(), source);
     meta.insert("import".into(), import);
     meta
 }
@@ -393,14 +501,46 @@ pub fn run(options: &Options) -> Res<Report> {
         return Err(ImportError::Bad("--order-by needs --group-by".into()));
     }
     let start = Instant::now();
-    check_shards(&options.inputs)?;
+    let labels: Vec<String> = match &options.origin {
+        Origin::AseLmdb { check_command } => {
+            check_shards(&options.inputs, check_command.as_deref())?;
+            options
+                .inputs
+                .iter()
+                .map(|p| format!("shard {}", p.display()))
+                .collect()
+        }
+        Origin::Ase { labels, .. } => {
+            if labels.len() != options.inputs.len() {
+                return Err(ImportError::Bad(format!(
+                    "{} labels for {} sources",
+                    labels.len(),
+                    options.inputs.len()
+                )));
+            }
+            labels.iter().map(|l| format!("source {l}")).collect()
+        }
+    };
     let shards: Vec<Shard> = options
         .inputs
         .iter()
-        .map(|p| open_shard(p, options.max_row_bytes))
+        .zip(&labels)
+        .map(|(p, label)| open_shard(p, label, options.max_row_bytes))
         .collect::<Res<_>>()?;
+    let shards: Vec<Shard> = match &options.origin {
+        Origin::AseLmdb { .. } => shards,
+        Origin::Ase { labels, .. } => shards
+            .into_iter()
+            .zip(labels)
+            .map(|(s, l)| Shard {
+                name: l.clone(),
+                ..s
+            })
+            .collect(),
+    };
     let mut report = Report {
         decode_only: options.decode_only,
+        from_ase: matches!(options.origin, Origin::Ase { .. }),
         ..Report::default()
     };
     let header = Header {
@@ -571,11 +711,7 @@ fn run_rows(
                     } => (shard, id, record, tally, index),
                 };
                 found[s] += 1;
-                let at = format!(
-                    "shard {}: key {:?}",
-                    shards[s].path.display(),
-                    id.to_string()
-                );
+                let at = format!("{}: key {:?}", shards[s].label, id.to_string());
                 // The index values are checked before the record is
                 // appended: a refused value leaves nothing half-counted.
                 check_index(index, &values, &at)?;
@@ -697,8 +833,8 @@ fn run_grouped(
             if let Some(w) = rows.windows(2).find(|w| w[0].order == w[1].order) {
                 let (a, b) = (&shards[w[0].shard as usize], &shards[w[1].shard as usize]);
                 let what = format!(
-                    "{name}: order-by value {} appears twice (shard {} key \"{}\", shard {} key \"{}\"): steps must increase",
-                    w[0].order, a.path.display(), w[0].id, b.path.display(), w[1].id
+                    "{name}: order-by value {} appears twice ({} key \"{}\", {} key \"{}\"): steps must increase",
+                    w[0].order, a.label, w[0].id, b.label, w[1].id
                 );
                 bar.inc(rows.len() as u64);
                 bad(
@@ -749,10 +885,10 @@ fn run_grouped(
                     *slot = v;
                 } else if *slot != v && index_error.is_none() {
                     index_error = Some(format!(
-                        "{name}: --index-column {k}: {} in one row, {} in another (shard {} key \"{key}\")",
+                        "{name}: --index-column {k}: {} in one row, {} in another ({} key \"{key}\")",
                         slot.as_ref().map_or("absent".into(), Value::to_string),
                         v.as_ref().map_or("absent".into(), Value::to_string),
-                        shard.path.display()
+                        shard.label
                     ));
                 }
             }

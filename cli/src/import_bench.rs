@@ -11,9 +11,13 @@
 //! `VmHWM` it reports at its end (its own, not that of the page check's
 //! child process).
 
-use super::*;
-use std::io::Write;
+use mrec_import::{ImportError, ShardWriter};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Instant;
+
+type Res<T> = std::result::Result<T, ImportError>;
 
 /// The benchmark's options.
 pub struct BenchOptions {
@@ -85,40 +89,11 @@ pub fn workload_row(id: u64) -> String {
 
 /// Writes an ASE-LMDB shard of `rows` workload rows.
 pub fn write_workload(path: &Path, rows: u64) -> Res<u64> {
-    molrec::lmdb::remove_with_lock_file(path);
-    let mut options = EnvOpenOptions::new();
-    options.map_size(1 << 40).max_dbs(0);
-    // SAFETY: valid flags for a writable NO_SUB_DIR environment.
-    unsafe { options.flags(EnvFlags::NO_SUB_DIR | EnvFlags::NO_SYNC) };
-    // SAFETY: a fresh file, written only through this environment.
-    let env = unsafe { options.open(path) }.map_err(|e| lmdb_err(path, e))?;
-    let mut txn = env.write_txn().map_err(|e| lmdb_err(path, e))?;
-    let db: Database<Bytes, Bytes> = env
-        .create_database(&mut txn, None)
-        .map_err(|e| lmdb_err(path, e))?;
-    let zlib = |text: &[u8]| -> Res<Vec<u8>> {
-        let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::new(6));
-        e.write_all(text).map_err(molrec::Error::Io)?;
-        Ok(e.finish().map_err(molrec::Error::Io)?)
-    };
-    let mut json_bytes = 0u64;
+    let mut shard = ShardWriter::create(path, 6)?;
     for id in 1..=rows {
-        let row = workload_row(id);
-        json_bytes += row.len() as u64;
-        db.put(&mut txn, id.to_string().as_bytes(), &zlib(row.as_bytes())?)
-            .map_err(|e| lmdb_err(path, e))?;
-        if id % 4096 == 0 {
-            txn.commit().map_err(|e| lmdb_err(path, e))?;
-            txn = env.write_txn().map_err(|e| lmdb_err(path, e))?;
-        }
+        shard.append(workload_row(id).as_bytes())?;
     }
-    let nextid = (rows + 1).to_string();
-    db.put(&mut txn, b"nextid", &zlib(nextid.as_bytes())?)
-        .map_err(|e| lmdb_err(path, e))?;
-    txn.commit().map_err(|e| lmdb_err(path, e))?;
-    env.force_sync().map_err(|e| lmdb_err(path, e))?;
-    env.prepare_for_closing().wait();
-    Ok(json_bytes)
+    shard.finish()
 }
 
 /// One child run: wall seconds, CPU seconds (user and system, `wait4`'s

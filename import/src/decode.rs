@@ -175,6 +175,11 @@ impl Arr {
             Flat::Other(_, _) => 0,
         }
     }
+
+    /// Whether it has no elements (of a kind it reads).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// A float as typed JSON (`"NaN"`, `"Infinity"`, `"-Infinity"` for the

@@ -1,0 +1,223 @@
+//! `NativeAseImport`: the Rust half of `mrec.from_ase` and `python -m mrec
+//! import`. Python encodes each `Atoms` as the row ASE would write
+//! (`ase.db.row.atoms2dict`, `ase.io.jsonio.encode`); the rows go into
+//! scratch ASE-LMDB shards beside the output, one per source, and
+//! `finish` runs the importer of `mrec import aselmdb` (`mrec_import`)
+//! over them: the same decoding, mapping, grouping and report. The scratch
+//! shards are removed when the import finishes, fails or is dropped.
+
+use crate::{guard, internal_error, to_py_err, without_gil};
+use mrec_import::{ImportError, Options, Origin, ShardWriter};
+use pyo3::exceptions::{PyKeyboardInterrupt, PyRuntimeError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use std::path::{Path, PathBuf};
+
+/// One import in progress.
+#[pyclass(module = "mrec._native")]
+pub struct NativeAseImport {
+    out: PathBuf,
+    tool: String,
+    group_by: Option<String>,
+    order_by: Option<String>,
+    index_columns: Vec<String>,
+    skip_bad: bool,
+    overwrite: bool,
+    progress: bool,
+    /// Finished scratch shards: (label, path).
+    sources: Vec<(String, PathBuf)>,
+    /// The source being written.
+    current: Option<(String, PathBuf, ShardWriter)>,
+    done: bool,
+}
+
+/// Asked between rows while the import runs without the GIL: whether
+/// Python has a pending signal (Ctrl-C). Only the main thread runs
+/// Python's handlers; elsewhere this is always false.
+fn python_interrupted() -> bool {
+    Python::attach(|py| py.check_signals().is_err())
+}
+
+fn import_err(e: ImportError, out: &Path) -> PyErr {
+    match e {
+        ImportError::Bad(message) => Python::attach(|py| {
+            let made = py
+                .import("mrec._errors")
+                .and_then(|m| m.getattr("BadInput"))
+                .and_then(|class| class.call1((message,)));
+            match made {
+                Ok(value) => PyErr::from_value(value),
+                Err(e) => e,
+            }
+        }),
+        ImportError::Mrec(e) => to_py_err(e, out),
+        ImportError::Interrupted => PyKeyboardInterrupt::new_err(format!(
+            "import interrupted; {} is as it was",
+            out.display()
+        )),
+    }
+}
+
+impl NativeAseImport {
+    fn scratch_path(&self, k: usize) -> PathBuf {
+        let name = self
+            .out
+            .file_name()
+            .map_or_else(|| "out".into(), |n| n.to_string_lossy().into_owned());
+        let dir = self.out.parent().unwrap_or(Path::new("."));
+        dir.join(format!(
+            ".{name}.{}.{k}.scratch.aselmdb",
+            std::process::id()
+        ))
+    }
+
+    fn close_current(&mut self) -> PyResult<()> {
+        if let Some((label, path, writer)) = self.current.take() {
+            writer.finish().map_err(|e| import_err(e, &path))?;
+            self.sources.push((label, path));
+        }
+        Ok(())
+    }
+
+    fn remove_scratch(&mut self) {
+        if let Some((_, path, writer)) = self.current.take() {
+            drop(writer);
+            molrec::lmdb::remove_with_lock_file(&path);
+        }
+        for (_, path) in self.sources.drain(..) {
+            molrec::lmdb::remove_with_lock_file(&path);
+        }
+    }
+}
+
+impl Drop for NativeAseImport {
+    fn drop(&mut self) {
+        self.remove_scratch();
+    }
+}
+
+#[pymethods]
+impl NativeAseImport {
+    #[new]
+    #[pyo3(signature = (out, tool, group_by=None, order_by=None, index_columns=Vec::new(), skip_bad=false, overwrite=false, progress=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        out: PathBuf,
+        tool: String,
+        group_by: Option<String>,
+        order_by: Option<String>,
+        index_columns: Vec<String>,
+        skip_bad: bool,
+        overwrite: bool,
+        progress: bool,
+    ) -> Self {
+        NativeAseImport {
+            out,
+            tool,
+            group_by,
+            order_by,
+            index_columns,
+            skip_bad,
+            overwrite,
+            progress,
+            sources: Vec::new(),
+            current: None,
+            done: false,
+        }
+    }
+
+    /// Starts a new source named `label` (a file ASE reads, or the
+    /// iterable given to `from_ase`); rows added next belong to it.
+    fn begin(&mut self, label: String) -> PyResult<()> {
+        guard(|| {
+            if self.done {
+                return Err(PyRuntimeError::new_err("the import has finished"));
+            }
+            self.close_current()?;
+            let path = self.scratch_path(self.sources.len());
+            let writer = ShardWriter::create(&path, 1).map_err(|e| import_err(e, &path))?;
+            self.current = Some((label, path, writer));
+            Ok(())
+        })
+    }
+
+    /// Adds one row (ASE's JSON text of it) to the current source;
+    /// returns its key there (1, 2, ...).
+    fn add(&mut self, row: &[u8]) -> PyResult<u64> {
+        guard(|| match &mut self.current {
+            None => Err(PyRuntimeError::new_err("add before begin")),
+            Some((_, path, writer)) => writer.append(row).map_err(|e| import_err(e, path)),
+        })
+    }
+
+    /// Skips one key of the current source (a structure Python could not
+    /// encode, with `skip_bad`): later keys keep their positions.
+    fn skip(&mut self) -> PyResult<u64> {
+        match &mut self.current {
+            None => Err(PyRuntimeError::new_err("skip before begin")),
+            Some((_, _, writer)) => Ok(writer.skip()),
+        }
+    }
+
+    /// Keys taken in the current source so far.
+    fn rows(&self) -> u64 {
+        self.current.as_ref().map_or(0, |c| c.2.rows())
+    }
+
+    /// Runs the import over every source; returns the report as a dict.
+    /// The scratch shards are removed whatever happens.
+    fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        guard(|| {
+            if self.done {
+                return Err(PyRuntimeError::new_err("the import has finished"));
+            }
+            self.done = true;
+            let closed = self.close_current();
+            if let Err(e) = closed {
+                self.remove_scratch();
+                return Err(e);
+            }
+            let (labels, inputs): (Vec<String>, Vec<PathBuf>) =
+                self.sources.iter().cloned().unzip();
+            let mut options = Options::new(inputs, self.out.clone());
+            options.origin = Origin::Ase {
+                tool: self.tool.clone(),
+                labels,
+            };
+            options.group_by = self.group_by.clone();
+            options.order_by = self.order_by.clone();
+            options.index_columns = self.index_columns.clone();
+            options.skip_bad = self.skip_bad;
+            options.progress = self.progress;
+            options.writer.overwrite = self.overwrite;
+            options.interrupted = python_interrupted;
+            let result = without_gil(py, || mrec_import::run(&options));
+            self.remove_scratch();
+            let report = result
+                .map_err(|m| internal_error(&m))?
+                .map_err(|e| import_err(e, &self.out))?;
+            let d = PyDict::new(py);
+            d.set_item("text", report.text(&self.out))?;
+            d.set_item("records", report.records())?;
+            d.set_item("frames", report.frames())?;
+            d.set_item("rows", report.rows_imported())?;
+            d.set_item("rows_read", report.rows_read())?;
+            for (section, counts) in report.counts() {
+                let m = PyDict::new(py);
+                for (what, n) in counts {
+                    m.set_item(what, n)?;
+                }
+                d.set_item(section, m)?;
+            }
+            d.set_item("dropped_samples", report.dropped_samples().to_vec())?;
+            Ok(d)
+        })
+    }
+
+    /// Gives up: removes the scratch shards; nothing is written at the
+    /// output.
+    fn abort(&mut self) {
+        self.done = true;
+        self.remove_scratch();
+    }
+}
