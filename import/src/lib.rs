@@ -501,13 +501,15 @@ pub fn run(options: &Options) -> Res<Report> {
         return Err(ImportError::Bad("--order-by needs --group-by".into()));
     }
     let start = Instant::now();
-    let labels: Vec<String> = match &options.origin {
+    // Per input: how messages name it, and the name the collection's
+    // `source` gives it (None: the file's name).
+    let names: Vec<(String, Option<String>)> = match &options.origin {
         Origin::AseLmdb { check_command } => {
             check_shards(&options.inputs, check_command.as_deref())?;
             options
                 .inputs
                 .iter()
-                .map(|p| format!("shard {}", p.display()))
+                .map(|p| (format!("shard {}", p.display()), None))
                 .collect()
         }
         Origin::Ase { labels, .. } => {
@@ -518,26 +520,24 @@ pub fn run(options: &Options) -> Res<Report> {
                     options.inputs.len()
                 )));
             }
-            labels.iter().map(|l| format!("source {l}")).collect()
+            labels
+                .iter()
+                .map(|l| (format!("source {l}"), Some(l.clone())))
+                .collect()
         }
     };
     let shards: Vec<Shard> = options
         .inputs
         .iter()
-        .zip(&labels)
-        .map(|(p, label)| open_shard(p, label, options.max_row_bytes))
-        .collect::<Res<_>>()?;
-    let shards: Vec<Shard> = match &options.origin {
-        Origin::AseLmdb { .. } => shards,
-        Origin::Ase { labels, .. } => shards
-            .into_iter()
-            .zip(labels)
-            .map(|(s, l)| Shard {
-                name: l.clone(),
-                ..s
+        .zip(names)
+        .map(|(p, (label, name))| {
+            let shard = open_shard(p, &label, options.max_row_bytes)?;
+            Ok(match name {
+                Some(name) => Shard { name, ..shard },
+                None => shard,
             })
-            .collect(),
-    };
+        })
+        .collect::<Res<_>>()?;
     let mut report = Report {
         decode_only: options.decode_only,
         from_ase: matches!(options.origin, Origin::Ase { .. }),

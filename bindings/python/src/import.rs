@@ -6,7 +6,7 @@
 //! over them: the same decoding, mapping, grouping and report. The scratch
 //! shards are removed when the import finishes, fails or is dropped.
 
-use crate::{guard, internal_error, to_py_err, without_gil};
+use crate::{errors_class_call, guard, internal_error, to_py_err, without_gil};
 use mrec_import::{ImportError, Options, Origin, ShardWriter};
 use pyo3::exceptions::{PyKeyboardInterrupt, PyRuntimeError};
 use pyo3::prelude::*;
@@ -16,14 +16,10 @@ use std::path::{Path, PathBuf};
 /// One import in progress.
 #[pyclass(module = "mrec._native")]
 pub struct NativeAseImport {
-    out: PathBuf,
+    /// The import to run at `finish` (its inputs and labels are the
+    /// sources, filled in then).
+    options: Options,
     tool: String,
-    group_by: Option<String>,
-    order_by: Option<String>,
-    index_columns: Vec<String>,
-    skip_bad: bool,
-    overwrite: bool,
-    progress: bool,
     /// Finished scratch shards: (label, path).
     sources: Vec<(String, PathBuf)>,
     /// The source being written.
@@ -40,16 +36,9 @@ fn python_interrupted() -> bool {
 
 fn import_err(e: ImportError, out: &Path) -> PyErr {
     match e {
-        ImportError::Bad(message) => Python::attach(|py| {
-            let made = py
-                .import("mrec._errors")
-                .and_then(|m| m.getattr("BadInput"))
-                .and_then(|class| class.call1((message,)));
-            match made {
-                Ok(value) => PyErr::from_value(value),
-                Err(e) => e,
-            }
-        }),
+        ImportError::Bad(message) => {
+            Python::attach(|py| errors_class_call(py, "BadInput", (message,)))
+        }
         ImportError::Mrec(e) => to_py_err(e, out),
         ImportError::Interrupted => PyKeyboardInterrupt::new_err(format!(
             "import interrupted; {} is as it was",
@@ -61,10 +50,11 @@ fn import_err(e: ImportError, out: &Path) -> PyErr {
 impl NativeAseImport {
     fn scratch_path(&self, k: usize) -> PathBuf {
         let name = self
+            .options
             .out
             .file_name()
             .map_or_else(|| "out".into(), |n| n.to_string_lossy().into_owned());
-        let dir = self.out.parent().unwrap_or(Path::new("."));
+        let dir = self.options.out.parent().unwrap_or(Path::new("."));
         dir.join(format!(
             ".{name}.{}.{k}.scratch.aselmdb",
             std::process::id()
@@ -111,15 +101,17 @@ impl NativeAseImport {
         overwrite: bool,
         progress: bool,
     ) -> Self {
+        let mut options = Options::new(Vec::new(), out);
+        options.group_by = group_by;
+        options.order_by = order_by;
+        options.index_columns = index_columns;
+        options.skip_bad = skip_bad;
+        options.progress = progress;
+        options.writer.overwrite = overwrite;
+        options.interrupted = python_interrupted;
         NativeAseImport {
-            out,
+            options,
             tool,
-            group_by,
-            order_by,
-            index_columns,
-            skip_bad,
-            overwrite,
-            progress,
             sources: Vec::new(),
             current: None,
             done: false,
@@ -179,25 +171,19 @@ impl NativeAseImport {
             }
             let (labels, inputs): (Vec<String>, Vec<PathBuf>) =
                 self.sources.iter().cloned().unzip();
-            let mut options = Options::new(inputs, self.out.clone());
-            options.origin = Origin::Ase {
+            self.options.inputs = inputs;
+            self.options.origin = Origin::Ase {
                 tool: self.tool.clone(),
                 labels,
             };
-            options.group_by = self.group_by.clone();
-            options.order_by = self.order_by.clone();
-            options.index_columns = self.index_columns.clone();
-            options.skip_bad = self.skip_bad;
-            options.progress = self.progress;
-            options.writer.overwrite = self.overwrite;
-            options.interrupted = python_interrupted;
-            let result = without_gil(py, || mrec_import::run(&options));
+            let options = &self.options;
+            let result = without_gil(py, || mrec_import::run(options));
             self.remove_scratch();
             let report = result
                 .map_err(|m| internal_error(&m))?
-                .map_err(|e| import_err(e, &self.out))?;
+                .map_err(|e| import_err(e, &self.options.out))?;
             let d = PyDict::new(py);
-            d.set_item("text", report.text(&self.out))?;
+            d.set_item("text", report.text(&self.options.out))?;
             d.set_item("records", report.records())?;
             d.set_item("frames", report.frames())?;
             d.set_item("rows", report.rows_imported())?;

@@ -58,7 +58,7 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// An exception class of `mrec._errors`, instantiated with `args`.
-fn errors_class_call<'py>(
+pub(crate) fn errors_class_call<'py>(
     py: Python<'py>,
     name: &str,
     args: impl pyo3::call::PyCallArgs<'py>,
