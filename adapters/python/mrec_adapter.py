@@ -169,7 +169,7 @@ def system_frame(value):
     header, payload = decode_frame(value)
     frame = {"meta": header.get("meta", {}), "meta_types": header.get("meta_types", {}),
              "blocks": decode_blocks(header, payload)}
-    if "box" in header:
+    if header.get("box") is not None:
         frame["box"] = decode_box(header["box"])
     return frame
 
@@ -183,10 +183,12 @@ def trajectory(txn, first, count):
             raise Refusal("lmdb.frame.missing", f"no frame key for ordinal {j}")
         header, payload = decode_frame(value)
         blocks.update(decode_blocks(header, payload))  # a 0-row update empties
-        if "box" in header:
+        # `"time": null` and `"box": null` (lmdb.md's v1 header example)
+        # mean none (spec-map: mrf1.null-time-box).
+        if header.get("box") is not None:
             box = decode_box(header["box"])
         frame = {"step": header["step"]}
-        if "time" in header:
+        if header.get("time") is not None:
             frame["time"] = header["time"]
         frame["meta"] = header.get("meta", {})
         frame["blocks"] = dict(blocks)  # every block present or empty here

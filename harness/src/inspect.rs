@@ -9,6 +9,7 @@
 
 pub mod frame_bytes;
 pub mod pages;
+pub mod records;
 #[cfg(test)]
 mod tests;
 
@@ -68,6 +69,8 @@ pub mod clause {
     pub const FRAME_MISSING: &str = "lmdb.frame.missing";
     /// A record's first frame holds every block present there.
     pub const FRAME_FIRST_RESTATES: &str = "lmdb.frame.first-restates";
+    /// The cell is stated where it changes: at a record's first frame too.
+    pub const BOX_ON_CHANGE: &str = "lmdb.frame.box-on-change";
     /// An `r` value is a JSON object.
     pub const RECORD_META_JSON: &str = "lmdb.record.meta-json";
     /// Every key is one of the scheme's.
@@ -338,6 +341,8 @@ struct MetaCounts {
     n_frames: Option<u64>,
     /// `sequence_schema` blocks that declare a `structural_shape`, with it.
     declared_shapes: BTreeMap<String, Value>,
+    /// `sequence_schema`, as stored.
+    schema: Option<Value>,
 }
 
 fn inspect_db(
@@ -397,7 +402,15 @@ fn inspect_db(
         };
         match k {
             Key::Meta => {}
-            Key::Index | Key::ForceField => check_frame_value(&label, value, None, out),
+            Key::Index => {
+                check_frame_value(&label, value, None, out);
+                if let Ok(view) = frame_bytes::parse(value) {
+                    for (name, block) in view.blocks().into_iter().flatten() {
+                        records::check_columns(&label, name, block, out);
+                    }
+                }
+            }
+            Key::ForceField => check_frame_value(&label, value, None, out),
             Key::Record(r) => {
                 check_record_number(&label, r, counts.n_records, out);
                 match serde_json::from_slice::<Value>(value) {
@@ -418,6 +431,9 @@ fn inspect_db(
             Key::System(r) => {
                 check_record_number(&label, r, counts.n_records, out);
                 check_frame_value(&label, value, None, out);
+                if let Ok(view) = frame_bytes::parse(value) {
+                    records::check_system(&label, &view, out);
+                }
             }
             Key::Frame(j) => {
                 match counts.n_frames {
@@ -432,11 +448,42 @@ fn inspect_db(
         }
     }
 
+    // Frame keys below meta.n_frames (keys are unique): the per-record
+    // checks below read only files whose every ordinal has its key, so a
+    // hostile count never makes them look up keys that are not there.
+    let found = frames.len() as u64;
     if let Some(n_frames) = counts.n_frames {
         check_missing_frames(frames, n_frames, out);
     }
 
     let index = check_index(db, rtxn, &counts, out);
+    // The records' updates, when the index says soundly which are whose:
+    // the prefix sum holds, the total is meta's and every ordinal has its
+    // key (a broken index was reported above; its numbers may be anything).
+    let sound = index.as_ref().filter(|index| {
+        let mut sum = 0u64;
+        index
+            .first_frame
+            .iter()
+            .zip(&index.n_frames)
+            .all(|(&ff, &nf)| {
+                let ok = ff == sum;
+                sum = sum.saturating_add(nf);
+                ok
+            })
+            && Some(sum) == counts.n_frames
+            && sum == found
+    });
+    if let Some(index) = sound {
+        let declared = records::Declaration::of(counts.schema.as_ref());
+        for (r, (&ff, &nf)) in index.first_frame.iter().zip(&index.n_frames).enumerate() {
+            if out.full() {
+                return;
+            }
+            let updates = records::stored_updates(db, rtxn, ff, nf);
+            records::check_record_updates(&updates, r, &declared, out);
+        }
+    }
     if let (Some(expected), Some(index)) = (expected, index) {
         check_first_frames(db, rtxn, &index, &expected.first_frame_blocks, out);
         for (r, (&got, &want)) in index.n_atoms.iter().zip(&expected.n_atoms).enumerate() {
@@ -673,6 +720,7 @@ fn check_meta(bytes: &[u8], out: &mut Findings) -> MetaCounts {
             Some((name.clone(), shape.clone()))
         })
         .collect();
+    counts.schema = meta.get("sequence_schema").cloned();
     counts.n_records = unsigned_count(&meta, "n_records", out);
     counts.n_frames = unsigned_count(&meta, "n_frames", out);
     counts
@@ -920,17 +968,23 @@ fn check_first_frames(
             .map(String::as_str)
             .filter(|name| {
                 let in_blocks = blocks.is_some_and(|b| b.contains_key(*name));
-                let as_box = *name == "box" && view.header.contains_key("box");
+                let as_box = *name == "box" && view.header.get("box").is_some_and(|b| !b.is_null());
                 !in_blocks && !as_box
             })
             .collect();
-        if !missing.is_empty() {
-            let list: Vec<&str> = missing.into_iter().collect();
+        if missing.contains("box") {
+            out.push(
+                clause::BOX_ON_CHANGE,
+                format!("record {r}: its first frame f:{ff} does not state the cell in effect there (the cell is record-local)"),
+            );
+        }
+        let blocks: Vec<&str> = missing.into_iter().filter(|n| *n != "box").collect();
+        if !blocks.is_empty() {
             out.push(
                 clause::FRAME_FIRST_RESTATES,
                 format!(
                     "record {r}: its first frame f:{ff} does not restate block(s) {} present there",
-                    list.join(", ")
+                    blocks.join(", ")
                 ),
             );
         }

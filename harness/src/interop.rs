@@ -16,7 +16,7 @@ use crate::adapter::{Implementation, Outcome};
 use crate::runner::{
     inspect_written, read_and_judge, remove_file_and_lock, Decided, Expect, Verdict,
 };
-use crate::suite::{Case, Direction, Kind, Layout, Suite};
+use crate::suite::{Case, Direction, Kind, Layout, SpecMap, Suite};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -89,6 +89,7 @@ pub fn write_cases(
     dir: &Path,
 ) -> Vec<Written> {
     let _ = std::fs::create_dir_all(dir);
+    let spec = layout.spec_map().unwrap_or_default();
     let name = writer.describe().name.clone();
     let writes = writer.describe().capabilities.write;
     cases
@@ -101,6 +102,7 @@ pub fn write_cases(
                 writer.begin_trial(&interop_trial_name(&suite.module, &case.id, &name, "*"));
                 Some(write_one(
                     layout,
+                    &spec,
                     case,
                     writer,
                     &dir.join(format!("{}.mrec.lmdb", case.id)),
@@ -121,6 +123,7 @@ pub fn write_cases(
 
 fn write_one(
     layout: &Layout,
+    spec: &SpecMap,
     case: &Case,
     writer: &mut dyn Implementation,
     path: &Path,
@@ -140,7 +143,7 @@ fn write_one(
         }
         Outcome::Error(e) => return Err((Verdict::Error, format!("the writer: {e}"))),
     }
-    inspect_written(&fixture, path)
+    inspect_written(&fixture, path, case, spec)
         .map_err(|(verdict, detail)| (verdict, format!("the writer's {detail}")))?;
     Ok(path.to_path_buf())
 }

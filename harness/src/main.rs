@@ -8,10 +8,10 @@ use harness::adapter::{
 };
 use harness::many::{run_many, Boxed, Named, Progress};
 use harness::report::diff::{FailOn, RunDiff};
-use harness::report::run::RunReport;
+use harness::report::run::{RunReport, RUN_FORMAT_VERSION};
 use harness::report::{Expectations, Outcome, Report, SuiteInfo};
 use harness::runner::{scratch_dir, Verdict};
-use harness::suite::{lint, Layout};
+use harness::suite::{lint, Basis, Layout};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -68,6 +68,12 @@ enum Command {
         /// The longest answer line an adapter may send, MiB; a longer one is an error.
         #[arg(long, default_value_t = DEFAULT_MAX_ANSWER_BYTES >> 20)]
         max_answer_mib: u64,
+        /// Exit 1 on an unexpected result of any trial, one that rests on a
+        /// decision included (without it, only trials that rest on the
+        /// spec's text decide the exit status). The bundled reference runs
+        /// with it in CI: it must follow every decision.
+        #[arg(long)]
+        strict: bool,
         /// Repository root holding suites/, fixtures/ and spec-map.toml.
         #[arg(long)]
         root: Option<PathBuf>,
@@ -150,6 +156,9 @@ enum ReportCommand {
         /// When to exit with 1: something got worse, anything changed, or never.
         #[arg(long, value_enum, default_value_t = FailOnArg::Worse)]
         fail_on: FailOnArg,
+        /// Repository root holding spec-map.toml (tiers for reports of an older format).
+        #[arg(long)]
+        root: Option<PathBuf>,
     },
 }
 
@@ -177,6 +186,7 @@ fn main() -> ExitCode {
             max_failures,
             deadline,
             max_answer_mib,
+            strict,
             root,
         } => {
             let limits = Limits {
@@ -189,10 +199,13 @@ fn main() -> ExitCode {
                 layout(root),
                 &adapters,
                 &expectations,
-                !no_interop,
-                report,
-                filter,
-                limits,
+                RunOptions {
+                    interop: !no_interop,
+                    report_dir: report,
+                    filter,
+                    limits,
+                    strict,
+                },
             )
         }
         Command::Lint { root } => {
@@ -243,8 +256,9 @@ fn main() -> ExitCode {
                     json,
                     markdown,
                     fail_on,
+                    root,
                 },
-        } => report_diff(&old, &new, json, markdown, fail_on),
+        } => report_diff(layout(root), &old, &new, json, markdown, fail_on),
         Command::Golden { root } => match harness::golden::regenerate(&layout(root)) {
             Ok(written) => {
                 for w in written {
@@ -279,15 +293,33 @@ fn named(arg: &str) -> (Option<&str>, &str) {
     }
 }
 
+/// How `harness run` runs, besides what it runs against.
+struct RunOptions {
+    /// Writer × reader trials between the implementations.
+    interop: bool,
+    /// Where the reports go.
+    report_dir: Option<PathBuf>,
+    /// Only trials whose name contains this.
+    filter: Option<String>,
+    /// What an adapter may cost.
+    limits: Limits,
+    /// Decision trials count toward the exit status.
+    strict: bool,
+}
+
 fn run(
     layout: Layout,
     adapters: &[String],
     expectation_args: &[String],
-    interop: bool,
-    report_dir: Option<PathBuf>,
-    filter: Option<String>,
-    limits: Limits,
+    options: RunOptions,
 ) -> ExitCode {
+    let RunOptions {
+        interop,
+        report_dir,
+        filter,
+        limits,
+        strict,
+    } = options;
     let workdir = scratch_dir("run");
     end_adapters_on_signals(workdir.clone());
     let mut imps: Vec<Boxed> = vec![Box::new(Reference::new())];
@@ -407,7 +439,11 @@ fn run(
         );
         reports.push(Report::new(description, suites.clone(), trials, expected).with_spec(&spec));
     }
-    let run = RunReport::new(suites, reports, results.interop, &expectations);
+    let run = RunReport::new(suites, reports, results.interop, &expectations, &spec);
+    // The verdict first: conforming or not, tier by tier.
+    for line in run.conformance_lines() {
+        println!("harness: {line}");
+    }
     let mut total = (0usize, 0usize);
     for r in &run.implementations {
         let s = &r.summary;
@@ -423,7 +459,11 @@ fn run(
             s.unsupported
         );
         total.0 += s.pass + s.expected_failure;
-        total.1 += s.unexpected();
+        total.1 += r
+            .results
+            .iter()
+            .filter(|e| e.outcome.is_unexpected() && (strict || e.tier == Basis::Spec))
+            .count();
     }
     if !run.interop.is_empty() {
         let count = |o: Outcome| run.interop.iter().filter(|e| e.outcome == o).count();
@@ -443,8 +483,33 @@ fn run(
         total.1 += run
             .interop
             .iter()
-            .filter(|e| e.outcome.is_unexpected())
+            .filter(|e| e.outcome.is_unexpected() && (strict || e.tier == Basis::Spec))
             .count();
+    }
+    let otherwise: usize = run
+        .implementations
+        .iter()
+        .map(|r| {
+            r.results
+                .iter()
+                .filter(|e| e.tier == Basis::Decision && e.outcome.is_unexpected())
+                .count()
+        })
+        .sum::<usize>()
+        + run
+            .interop
+            .iter()
+            .filter(|e| e.tier == Basis::Decision && e.outcome.is_unexpected())
+            .count();
+    if otherwise > 0 {
+        println!(
+            "harness: {otherwise} unexpected result(s) on trials that rest on a decision{}",
+            if strict {
+                " (counted as failed: --strict)"
+            } else {
+                " (not counted as failed; --strict counts them)"
+            }
+        );
     }
     for u in &unknown {
         eprintln!("harness: expectation names no trial: {u}");
@@ -464,7 +529,7 @@ fn run(
             dir.join("report.md").display(),
         );
     }
-    if run.has_unexpected() || !unknown.is_empty() {
+    if run.fails_run(strict) || !unknown.is_empty() {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
@@ -542,7 +607,7 @@ fn trace(layout: Layout, clause: Option<String>, uncovered: bool, reports: &[Pat
     let mut loaded = Vec::new();
     for path in reports {
         match RunReport::load(path) {
-            Ok(r) => loaded.extend(r.implementations),
+            Ok(r) => loaded.extend(r.upgraded(&spec).implementations),
             Err(e) => {
                 eprintln!("harness: {e}");
                 return ExitCode::from(2);
@@ -571,12 +636,15 @@ fn trace(layout: Layout, clause: Option<String>, uncovered: bool, reports: &[Pat
         );
         let _ = std::fs::remove_dir_all(&workdir);
         match results {
-            Ok(results) => loaded.push(Report::new(
-                imp.describe().clone(),
-                suites.iter().map(SuiteInfo::of).collect(),
-                results,
-                &Expectations::default(),
-            )),
+            Ok(results) => loaded.push(
+                Report::new(
+                    imp.describe().clone(),
+                    suites.iter().map(SuiteInfo::of).collect(),
+                    results,
+                    &Expectations::default(),
+                )
+                .with_spec(&spec),
+            ),
             Err(e) => {
                 eprintln!("harness: {e}");
                 return ExitCode::from(2);
@@ -596,6 +664,7 @@ fn trace(layout: Layout, clause: Option<String>, uncovered: bool, reports: &[Pat
 }
 
 fn report_diff(
+    layout: Layout,
     old: &Path,
     new: &Path,
     json: Option<PathBuf>,
@@ -609,6 +678,18 @@ fn report_diff(
             return ExitCode::from(2);
         }
     };
+    let (old, new) =
+        if old.format_version < RUN_FORMAT_VERSION || new.format_version < RUN_FORMAT_VERSION {
+            match layout.spec_map() {
+                Ok(spec) => (old.upgraded(&spec), new.upgraded(&spec)),
+                Err(e) => {
+                    eprintln!("harness: a report of an older format needs the spec map: {e}");
+                    return ExitCode::from(2);
+                }
+            }
+        } else {
+            (old, new)
+        };
     let diff = RunDiff::between(&old, &new);
     let md = diff.to_markdown();
     print!("{md}");
@@ -640,10 +721,17 @@ fn report_merge(
     out: &Path,
     allow_suite_mismatch: bool,
 ) -> ExitCode {
+    let spec = match layout.spec_map() {
+        Ok(spec) => spec,
+        Err(e) => {
+            eprintln!("harness: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let mut runs = Vec::new();
     for path in paths {
         match RunReport::load(path) {
-            Ok(run) => runs.push((path.display().to_string(), run)),
+            Ok(run) => runs.push((path.display().to_string(), run.upgraded(&spec))),
             Err(e) => {
                 eprintln!("harness: {e}");
                 return ExitCode::from(2);
@@ -652,13 +740,6 @@ fn report_merge(
     }
     let merged = match RunReport::merge(runs, allow_suite_mismatch) {
         Ok(m) => m,
-        Err(e) => {
-            eprintln!("harness: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let spec = match layout.spec_map() {
-        Ok(spec) => spec,
         Err(e) => {
             eprintln!("harness: {e}");
             return ExitCode::from(2);

@@ -10,7 +10,7 @@ use crate::adapter::{Implementation, Outcome};
 use crate::inspect::{inspect_file, Expected};
 use crate::judge;
 use crate::recipe::materialize;
-use crate::suite::{Case, Direction, Kind, Layout, Suite};
+use crate::suite::{Case, Direction, Kind, Layout, SpecMap, Suite};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -57,6 +57,9 @@ pub struct TrialResult {
     pub clauses: Vec<String>,
     /// The clause a refusal must name.
     pub expected_clause: Option<String>,
+    /// Other clauses a refusal may name instead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also_accepted: Vec<String>,
     /// The clause the implementation named, when it refused.
     pub named_clause: Option<String>,
     /// The verdict.
@@ -74,6 +77,8 @@ pub fn trial_name(module: &str, case: &str, direction: Direction) -> String {
 pub struct Context<'a> {
     /// Where suites and fixtures are.
     pub layout: &'a Layout,
+    /// The spec map: which clauses are decisions.
+    pub spec: &'a SpecMap,
     /// A scratch directory for the files of trials.
     pub workdir: PathBuf,
     /// Writes the files an implementation reads, and reads the files it writes.
@@ -97,6 +102,7 @@ pub fn run_trial(
         kind: case.kind,
         clauses: case.clauses.clone(),
         expected_clause: case.expect.clone(),
+        also_accepted: case.also_accept.clone(),
         named_clause: None,
         verdict: Verdict::Error,
         detail: String::new(),
@@ -170,16 +176,27 @@ fn round_trip_write(
         Outcome::Unsupported => return (Verdict::Unsupported, "does not write".into(), None),
         Outcome::Error(e) => return (Verdict::Error, e, None),
     }
-    if let Err((verdict, detail)) = inspect_written(&fixture, path) {
-        return (verdict, detail, None);
-    }
+    let notes = match inspect_written(&fixture, path, case, ctx.spec) {
+        Ok(notes) => notes,
+        Err((verdict, detail)) => return (verdict, detail, None),
+    };
     match ctx.reference.read(path) {
-        Outcome::Done(actual) => judged(
-            &fixture,
-            Expect::Written,
-            &actual,
-            "the reference read back",
-        ),
+        Outcome::Done(actual) => {
+            let (verdict, mut detail, named) = judged(
+                &fixture,
+                Expect::Written,
+                &actual,
+                "the reference read back",
+            );
+            if !notes.is_empty() {
+                detail = if detail.is_empty() {
+                    notes
+                } else {
+                    format!("{detail}\n{notes}")
+                };
+            }
+            (verdict, detail, named)
+        }
         Outcome::Refused { message, clause } => (
             Verdict::Fail,
             format!("the reference refused the written file: {message}"),
@@ -198,23 +215,43 @@ fn round_trip_write(
     }
 }
 
-/// The harness's inspection of a file written from `fixture`: an error
-/// when the fixture has no expected form, a failure listing the findings
-/// (`file inspection:` then `[clause] message` lines).
-pub(crate) fn inspect_written(fixture: &Value, path: &Path) -> Result<(), (Verdict, String)> {
+/// The harness's inspection of a file written from `fixture` for `case`:
+/// an error when the fixture has no expected form, a failure listing the
+/// findings (`file inspection:` then `[clause] message` lines). A finding
+/// under a decision the case does not list never fails it (a trial rests
+/// on the text or on a decision, not both): it comes back as a note for
+/// the trial's detail (empty when there is none).
+pub(crate) fn inspect_written(
+    fixture: &Value,
+    path: &Path,
+    case: &Case,
+    spec: &SpecMap,
+) -> Result<String, (Verdict, String)> {
     let expected = judge::expected_logical(fixture)
         .map_err(|e| (Verdict::Error, format!("harness: fixture: {e}")))?;
     let findings = inspect_file(path, Some(&expected_file(&expected)));
-    if findings.is_empty() {
-        return Ok(());
+    let (charged, noted): (Vec<_>, Vec<_>) = findings.iter().partition(|f| {
+        !spec.get(&f.clause).is_some_and(|c| c.is_decision()) || case.clauses.contains(&f.clause)
+    });
+    let lines = |findings: &[&crate::inspect::Finding]| {
+        findings
+            .iter()
+            .map(|f| format!("[{}] {}", f.clause, f.message))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    if !charged.is_empty() {
+        return Err((
+            Verdict::Fail,
+            format!("file inspection:\n{}", lines(&charged)),
+        ));
     }
-    let lines: Vec<String> = findings
-        .iter()
-        .map(|f| format!("[{}] {}", f.clause, f.message))
-        .collect();
-    Err((
-        Verdict::Fail,
-        format!("file inspection:\n{}", lines.join("\n")),
+    if noted.is_empty() {
+        return Ok(String::new());
+    }
+    Ok(format!(
+        "file inspection, under decisions this case does not test (not charged):\n{}",
+        lines(&noted)
     ))
 }
 
@@ -406,6 +443,17 @@ fn build_recipe(case: &Case, ctx: &mut Context<'_>, path: &Path) -> Result<(), D
         .map_err(|e| (Verdict::Error, format!("harness: recipe: {e}"), None))
 }
 
+/// Whether a refusal naming `named` names `expected`: the clause itself,
+/// or a clause it refines (`X` for `X.read`, the reader half of a writer's
+/// rule; `X` for `X.id`, a reading of `X` in one case): a reader that
+/// refuses a file breaking a writer's rule may well name that rule.
+pub fn names_expected(named: &str, expected: &str) -> bool {
+    named == expected
+        || expected
+            .strip_prefix(named)
+            .is_some_and(|rest| rest.starts_with('.'))
+}
+
 fn refusal(case: &Case, message: String, clause: Option<String>) -> Decided {
     match (&clause, &case.expect) {
         (None, _) => (
@@ -413,7 +461,12 @@ fn refusal(case: &Case, message: String, clause: Option<String>) -> Decided {
             format!("refused without naming a clause: {message}"),
             None,
         ),
-        (Some(named), Some(expected)) if named == expected => (Verdict::Pass, message, clause),
+        (Some(named), Some(expected))
+            if names_expected(named, expected)
+                || case.also_accept.iter().any(|a| names_expected(named, a)) =>
+        {
+            (Verdict::Pass, message, clause)
+        }
         (Some(named), expected) => (
             Verdict::Fail,
             format!(
@@ -438,10 +491,16 @@ fn expected_file(expected: &Value) -> Expected {
     let first_frame_blocks = records
         .iter()
         .map(|r| {
-            r.pointer("/trajectory/frames/0/blocks")
+            let mut names: Vec<String> = r
+                .pointer("/trajectory/frames/0/blocks")
                 .and_then(Value::as_object)
                 .map(|b| b.keys().cloned().collect())
-                .unwrap_or_default()
+                .unwrap_or_default();
+            // The cell in effect at the first frame is stated there too.
+            if r.pointer("/trajectory/frames/0/box").is_some() {
+                names.push("box".into());
+            }
+            names
         })
         .collect();
     let count = |block: Option<&Value>| block.and_then(|b| b.get("count")).and_then(Value::as_u64);
@@ -514,8 +573,10 @@ pub fn run_selected(
     select: impl Fn(&Suite, &Case, Direction) -> bool,
     mut progress: impl FnMut(&TrialResult),
 ) -> Result<Vec<TrialResult>, String> {
+    let spec = layout.spec_map()?;
     let mut ctx = Context {
         layout,
+        spec: &spec,
         workdir: workdir.to_path_buf(),
         reference,
     };

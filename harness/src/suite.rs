@@ -76,6 +76,12 @@ pub struct Case {
     /// The clause a refusal must name.
     #[serde(default)]
     pub expect: Option<String>,
+    /// Other clauses a refusal may name instead, where the file or the
+    /// collection breaks several rules at once and the texts do not say
+    /// which one a refusal names (a buffer past the value whose size also
+    /// overflows, say).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also_accept: Vec<String>,
     /// Directions to run; defaults by kind.
     #[serde(default)]
     pub directions: Option<Vec<Direction>>,
@@ -137,10 +143,32 @@ pub struct Clause {
     /// only then).
     #[serde(default)]
     pub reason: Option<String>,
+    /// The sentence(s) of `source` the rule rests on, verbatim (required
+    /// with `basis = "spec"`; for a decision, the nearest text, which
+    /// leaves the point open).
+    #[serde(default)]
+    pub quote: Option<String>,
+    /// For a decision: text that reads otherwise, quoted with its source.
+    #[serde(default)]
+    pub contrary: Option<Quoted>,
 }
 
-/// What a clause rests on.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// A sentence quoted from a spec text, with where it stands.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Quoted {
+    /// The text and section (`ragged.md @ f6ef43bf > Sparse updates`).
+    pub source: String,
+    /// The sentence(s), verbatim.
+    pub quote: String,
+}
+
+/// What a clause rests on, and so the tier of every trial of a case that
+/// lists it: a case lists clauses of one basis only (the lint), so that a
+/// trial rests either on the text or on a decision, never on both.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Basis {
     /// The spec states the rule.
@@ -152,10 +180,64 @@ pub enum Basis {
     Decision,
 }
 
+impl Basis {
+    /// `spec` or `decision`, as in `spec-map.toml` and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Basis::Spec => "spec",
+            Basis::Decision => "decision",
+        }
+    }
+
+    /// The basis of a case that lists `clauses`: a decision when any of
+    /// them is one (the lint refuses a case that mixes the two).
+    pub fn of_clauses<'a>(clauses: impl IntoIterator<Item = &'a String>, spec: &SpecMap) -> Basis {
+        let decision = clauses
+            .into_iter()
+            .any(|id| spec.get(id).is_some_and(Clause::is_decision));
+        if decision {
+            Basis::Decision
+        } else {
+            Basis::Spec
+        }
+    }
+}
+
 impl Clause {
     /// Whether the clause rests on this project's reading of the spec.
     pub fn is_decision(&self) -> bool {
         self.basis == Basis::Decision
+    }
+}
+
+/// Whether `source` names a text a clause may rest on: a seed (`000 LMDB
+/// binding`, `001 Collection`) or a chapter of the v1 era with its commit
+/// (`ragged.md @ f6ef43bf`), each optionally followed by `> section`;
+/// several such sources are separated by `; `.
+pub fn is_citable_source(source: &str) -> bool {
+    source.split("; ").all(|one| {
+        let text = one.split(" > ").next().unwrap_or("").trim();
+        if text == "000 LMDB binding" || text == "001 Collection" {
+            return true;
+        }
+        match text.split_once(" @ ") {
+            Some((chapter, commit)) => {
+                chapter.ends_with(".md")
+                    && !chapter.contains(' ')
+                    && commit.len() == 8
+                    && commit
+                        .bytes()
+                        .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+            }
+            None => false,
+        }
+    })
+}
+
+impl Case {
+    /// The case's tier: whether its trials rest on the text or on a decision.
+    pub fn basis(&self, spec: &SpecMap) -> Basis {
+        Basis::of_clauses(self.clauses.iter().chain(self.expect.iter()), spec)
     }
 }
 
@@ -263,6 +345,53 @@ impl Layout {
     }
 }
 
+fn join(ids: &[&String]) -> String {
+    ids.iter()
+        .map(|id| id.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Problems with the spec map's entries: a clause that claims the text
+/// (`basis = "spec"`) must cite a seed or a chapter of the v1 era with its
+/// commit and quote the sentence it rests on; a decision's contrary text
+/// is quoted the same way.
+pub fn lint_spec_map(map: &SpecMap) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (id, clause) in map {
+        let quoted = clause
+            .quote
+            .as_deref()
+            .is_some_and(|q| !q.trim().is_empty());
+        if clause.basis == Basis::Spec {
+            if !is_citable_source(&clause.source) {
+                problems.push(format!(
+                    "spec map: `{id}` rests on the text but its source `{}` is neither a seed (`000 LMDB binding`, `001 Collection`) nor a v1 chapter with its commit (`ragged.md @ f6ef43bf`)",
+                    clause.source
+                ));
+            }
+            if !quoted {
+                problems.push(format!(
+                    "spec map: `{id}` rests on the text but quotes no sentence (`quote`)"
+                ));
+            }
+        }
+        if let Some(contrary) = &clause.contrary {
+            if clause.basis != Basis::Decision {
+                problems.push(format!(
+                    "spec map: `{id}` gives a `contrary` text but is not a decision"
+                ));
+            }
+            if !is_citable_source(&contrary.source) || contrary.quote.trim().is_empty() {
+                problems.push(format!(
+                    "spec map: `{id}`'s contrary text needs a citable source and a quote"
+                ));
+            }
+        }
+    }
+    problems
+}
+
 /// Problems with the suites themselves: duplicate ids, unknown clauses,
 /// missing or unused fixtures, malformed cases. Empty = clean.
 pub fn lint(layout: &Layout) -> Vec<String> {
@@ -275,6 +404,7 @@ pub fn lint(layout: &Layout) -> Vec<String> {
         Ok(m) => m,
         Err(e) => return vec![e],
     };
+    problems.extend(lint_spec_map(&map));
     let mut ids = BTreeSet::new();
     let mut used = BTreeSet::new();
     for suite in &suites {
@@ -286,11 +416,20 @@ pub fn lint(layout: &Layout) -> Vec<String> {
             if case.clauses.is_empty() {
                 problems.push(format!("{name}: covers no clause"));
             }
-            for clause in case.clauses.iter().chain(case.expect.iter()) {
+            for clause in case
+                .clauses
+                .iter()
+                .chain(case.expect.iter())
+                .chain(&case.also_accept)
+            {
                 if !map.contains_key(clause) {
                     problems.push(format!("{name}: unknown clause id `{clause}`"));
                 }
             }
+            if !case.also_accept.is_empty() && case.expect.is_none() {
+                problems.push(format!("{name}: `also_accept` without `expect`"));
+            }
+
             match (case.kind, &case.fixture, &case.recipe, &case.expect) {
                 (Kind::RoundTrip, Some(_), None, None) | (Kind::WriteRefusal, Some(_), None, Some(_)) => {}
                 (Kind::ReadRefusal, None, Some(_), Some(_)) | (Kind::ReadAccept, Some(_), Some(_), None) => {}
@@ -307,6 +446,18 @@ pub fn lint(layout: &Layout) -> Vec<String> {
                     problems.push(format!("{name}: fixture `{f}` does not exist"));
                 }
                 used.insert(PathBuf::from(f));
+            }
+            let (decided, stated): (Vec<&String>, Vec<&String>) = case
+                .clauses
+                .iter()
+                .filter(|id| map.contains_key(*id))
+                .partition(|id| map[*id].is_decision());
+            if !decided.is_empty() && !stated.is_empty() {
+                problems.push(format!(
+                    "{name}: mixes clauses that rest on the text ({}) with decisions ({}): a trial rests on one or the other",
+                    join(&stated),
+                    join(&decided)
+                ));
             }
             if let Some(expect) = &case.expect {
                 if !case.clauses.contains(expect) {

@@ -88,8 +88,10 @@ pub fn clause(
     for report in reports {
         let _ = writeln!(
             out,
-            "\nverdicts of {} {}:",
-            report.implementation.name, report.implementation.version
+            "\nverdicts of {} {} ({})",
+            report.implementation.name,
+            report.implementation.version,
+            report.conformance_line()
         );
         let mut any = false;
         for c in &cases {
@@ -175,6 +177,16 @@ fn heading(out: &mut String, id: &str, clause: &Clause) {
         let _ = writeln!(out, "  reason: {reason}");
     }
     let _ = writeln!(out, "  text:   {}", clause.text);
+    if let Some(quote) = &clause.quote {
+        let _ = writeln!(out, "  quote:  \"{quote}\"");
+    }
+    if let Some(contrary) = &clause.contrary {
+        let _ = writeln!(
+            out,
+            "  contrary text ({}): \"{}\"",
+            contrary.source, contrary.quote
+        );
+    }
 }
 
 fn level_name(level: Level) -> &'static str {

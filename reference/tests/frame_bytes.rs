@@ -783,6 +783,19 @@ fn huge_shape_is_refused_quickly() {
 }
 
 #[test]
+fn null_time_and_box_read_as_absent() {
+    // lmdb.md's v1 header example writes both (spec-map: mrf1.null-time-box).
+    let value = value_of(
+        r#"{"blocks": {}, "step": 0, "time": null, "box": null}"#,
+        &[],
+    );
+    let frame = decode(&value).unwrap();
+    assert_eq!(frame.info.step, Some(0));
+    assert_eq!(frame.info.time, None);
+    assert!(frame.info.cell.is_none());
+}
+
+#[test]
 fn typed_parts_are_checked() {
     let cases: &[(&str, Clause)] = &[
         (r#"{"blocks": {}, "step": 1.5}"#, Clause::TypedValue),
@@ -792,7 +805,6 @@ fn typed_parts_are_checked() {
             r#"{"blocks": {}, "step": "9223372036854775808"}"#,
             Clause::TypedValue,
         ),
-        (r#"{"blocks": {}, "time": null}"#, Clause::TypedValue),
         (r#"{"blocks": {}, "time": "nan"}"#, Clause::TypedValue),
         (
             r#"{"blocks": {}, "meta": {"a": 1.5}, "meta_types": {"a": "i64"}}"#,

@@ -788,8 +788,8 @@ fn change_box(path: &Path, key: &[u8], change: impl FnOnce(&mut serde_json::Map<
 
 #[test]
 fn an_undefined_cell_stored_off_its_form_reads_alike_and_is_found_by_violations() {
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fixtures/collection/box-undefined-origin.json");
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/collection/system-box.json");
     let json: Value = serde_json::from_slice(&std::fs::read(fixture).unwrap()).unwrap();
     let path = scratch_file("lmdb-test", "undefined-cell");
     write_json(&path, &json, WriterOptions::default()).unwrap();

@@ -682,12 +682,13 @@ fn first_frame_must_restate_present_blocks() {
     assert!(findings[0].message.contains("record 0"), "{findings:?}");
     assert!(findings[0].message.contains("bonds"), "{findings:?}");
 
-    // A box counts as present when the header carries one.
+    // A box counts as present when the header carries one; the cell in
+    // effect at a first frame is stated there (its own clause).
     let with_box = vec![vec!["atoms".to_string(), "box".to_string()]];
     let findings = inspect_file(&path, Some(&firsts(&with_box)));
     assert_eq!(
         clauses(&findings),
-        [clause::FRAME_FIRST_RESTATES.to_string()].into()
+        [clause::BOX_ON_CHANGE.to_string()].into()
     );
     let (dir2, path2) = build(
         "restates-box",
@@ -909,6 +910,7 @@ fn set_header_reencodes_and_keeps_the_payload() {
         "set-header",
         &good_recipe_with(vec![
             set_header("s:0", "/meta/comment", json!(long)),
+            set_header("s:0", "/meta_types/comment", json!("string")),
             Edit::RemoveHeader {
                 key: "f:0".into(),
                 pointer: "/step".into(),
@@ -1150,7 +1152,10 @@ value = "f32"
         got,
         [
             clause::META_LAYOUT_VERSION.to_string(),
-            mrf1::DTYPE.to_string()
+            mrf1::DTYPE.to_string(),
+            // The f32 x is also no declared column's dtype, nor x's canonical one.
+            super::records::clause::RECORD_SUBSET.to_string(),
+            super::records::clause::CANONICAL_DTYPE.to_string(),
         ]
         .into()
     );
@@ -1234,4 +1239,227 @@ fn firsts(blocks: &[Vec<String>]) -> crate::inspect::Expected {
         first_frame_blocks: blocks.to_vec(),
         n_atoms: Vec::new(),
     }
+}
+
+/// Issue #43: every writer rule that leaves a trace in a record's stored
+/// frames is checked by the inspection itself, not left to a reader.
+#[test]
+fn stored_updates_and_systems_are_held_to_the_writers_rules() {
+    use super::records::clause as rec;
+    let atoms_entry = json!({"count": 2, "structural_shape": null,
+        "columns": {"x": {"dtype": "f64", "shape": [2], "offset": 0}}});
+    let cell = |defined: bool| {
+        json!({"vectors": [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]],
+               "boundary": [!defined, !defined, !defined], "cell_defined": defined})
+    };
+    let cases: Vec<(&str, Vec<Edit>, &str)> = vec![
+        (
+            "per-step-key-not-materialized",
+            vec![set_json(
+                "meta",
+                "/sequence_schema/meta/pe",
+                json!({"dtype": "f64", "fill": "NaN"}),
+            )],
+            rec::META_MATERIALIZED,
+        ),
+        (
+            "per-step-key-missing-on-one-update",
+            vec![
+                set_json("meta", "/sequence_schema/meta/pe", json!({"dtype": "f64"})),
+                set_header("f:0", "/meta/pe", json!(-1.5)),
+                set_header("f:2", "/meta/pe", json!(-2.5)),
+            ],
+            rec::META_MATERIALIZED,
+        ),
+        (
+            "per-step-key-undeclared",
+            vec![set_header("f:1", "/meta/spin", json!(1))],
+            rec::RECORD_SUBSET,
+        ),
+        (
+            "per-step-value-not-of-its-tag",
+            vec![
+                set_json("meta", "/sequence_schema/meta/pe", json!({"dtype": "f64"})),
+                set_header("f:0", "/meta/pe", json!(-1.5)),
+                set_header("f:1", "/meta/pe", json!(null)),
+                set_header("f:2", "/meta/pe", json!(-2.5)),
+            ],
+            rec::FITS_TAG,
+        ),
+        (
+            "step-repeated",
+            vec![set_header("f:1", "/step", json!(0))],
+            rec::STEP_INCREASING,
+        ),
+        (
+            "step-decreasing",
+            vec![set_header("f:1", "/step", json!(-3))],
+            rec::STEP_INCREASING,
+        ),
+        (
+            "time-on-one-update-only",
+            vec![set_header("f:1", "/time", json!(0.5))],
+            rec::TIME_ALL_OR_NONE,
+        ),
+        (
+            "cell-becomes-defined",
+            vec![
+                set_header("f:0", "/box", cell(false)),
+                set_header("f:1", "/box", cell(true)),
+            ],
+            rec::ONE_CELL_DEFINED,
+        ),
+        (
+            "precision-on-an-update-column",
+            vec![set_header(
+                "f:0",
+                "/blocks/atoms/columns/x/precision",
+                json!(0.5),
+            )],
+            rec::PRECISION_PLACEMENT,
+        ),
+        (
+            "update-column-at-another-dtype",
+            vec![set_header(
+                "f:0",
+                "/blocks/atoms/columns/x/dtype",
+                json!("i64"),
+            )],
+            rec::RECORD_SUBSET,
+        ),
+        (
+            "update-block-undeclared",
+            vec![set_header("f:0", "/blocks/extra", atoms_entry.clone())],
+            rec::RECORD_SUBSET,
+        ),
+        (
+            "update-mask-on-a-column-not-nullable",
+            vec![set_header(
+                "f:0",
+                "/blocks/atoms/columns/x/validity",
+                json!(0),
+            )],
+            rec::RECORD_SUBSET,
+        ),
+        (
+            "update-targets-not-the-declared",
+            vec![set_header(
+                "f:0",
+                "/blocks/atoms/targets",
+                json!({"x": "atoms"}),
+            )],
+            rec::TARGETS_DECLARED,
+        ),
+        (
+            "system-block-named-box",
+            vec![set_header("s:0", "/blocks/box", atoms_entry)],
+            rec::RESERVED_BLOCK,
+        ),
+        (
+            "system-column-named-validity",
+            vec![set_header(
+                "s:0",
+                "/blocks/atoms/columns/_validity",
+                json!({"dtype": "f64", "shape": [2], "offset": 0}),
+            )],
+            rec::RESERVED_COLUMN,
+        ),
+        (
+            "system-meta-key-untagged",
+            vec![set_header("s:0", "/meta/label", json!("water"))],
+            rec::META_TYPES,
+        ),
+        (
+            "system-meta-reserved-key",
+            vec![
+                set_header("s:0", "/meta/_meta_types", json!({})),
+                set_header("s:0", "/meta_types/_meta_types", json!("json")),
+            ],
+            rec::RESERVED_META_KEY,
+        ),
+        (
+            "system-canonical-key-at-another-dtype",
+            vec![set_header(
+                "s:0",
+                "/blocks/atoms/columns/x/dtype",
+                json!("i64"),
+            )],
+            rec::CANONICAL_DTYPE,
+        ),
+        (
+            "index-precision-on-u64",
+            vec![set_header(
+                "index",
+                "/blocks/records/columns/n_atoms/precision",
+                json!(1.0),
+            )],
+            rec::PRECISION_F64,
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (name, edits, want) in cases {
+        let (dir, path) = build(name, &good_recipe_with(edits));
+        let findings = inspect_file(&path, None);
+        if !clauses(&findings).contains(want) {
+            failures.push(format!("{name}: wanted {want}, got {findings:#?}"));
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// What a conforming writer may do differently from the reference is
+/// never a finding: restate an unchanged block or cell at any update,
+/// materialize a declared fill, leave `meta_types` out of an empty system
+/// meta, write `"time": null` and `"box": null` (lmdb.md's v1 example).
+#[test]
+fn restating_and_other_conforming_choices_have_no_findings() {
+    let cell = json!({"vectors": [[5.0, 0.0, 0.0], [0.0, 5.0, 0.0], [0.0, 0.0, 5.0]]});
+    let (dir, path) = build(
+        "restating",
+        &good_recipe_with(vec![
+            set_json(
+                "meta",
+                "/sequence_schema/meta/pe",
+                json!({"dtype": "f64", "fill": "NaN"}),
+            ),
+            put_bytes("f:1", &good_frame(1, Some(&[0.0, 1.0]))),
+            set_header("f:0", "/meta/pe", json!(-1.5)),
+            set_header("f:1", "/meta/pe", json!("NaN")),
+            set_header("f:2", "/meta/pe", json!(-2.5)),
+            set_header("f:0", "/box", cell.clone()),
+            set_header("f:1", "/box", cell),
+            set_header("f:0", "/time", json!(null)),
+            set_header("f:2", "/box", json!(null)),
+            set_header("s:0", "/meta", json!({})),
+            Edit::RemoveHeader {
+                key: "s:0".into(),
+                pointer: "/meta_types".into(),
+            },
+        ]),
+    );
+    let expected = vec![
+        vec!["atoms".to_string(), "box".to_string()],
+        vec!["atoms".to_string()],
+    ];
+    assert_eq!(inspect_file(&path, Some(&firsts(&expected))), vec![]);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A record's first frame states the cell in effect there: the cell does
+/// not carry over from the previous record.
+#[test]
+fn a_first_frame_without_the_cell_in_effect_is_a_finding() {
+    let (dir, path) = build("first-cell", &good_recipe_with(vec![]));
+    let expected = vec![
+        vec!["atoms".to_string(), "box".to_string()],
+        vec!["atoms".to_string()],
+    ];
+    let findings = inspect_file(&path, Some(&firsts(&expected)));
+    assert_eq!(
+        clauses(&findings),
+        BTreeSet::from([clause::BOX_ON_CHANGE.to_string()]),
+        "{findings:#?}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -115,6 +115,15 @@ fn idx(path: &str, i: usize) -> String {
     format!("{path}[{i}]")
 }
 
+/// Whether `v` is a value of the meta tag `tag` in typed JSON (§7); the
+/// error says where (`path`) and why. The inspection of written files
+/// holds per-step values to their declared tags with it.
+pub fn check_tag(tag: &str, v: &Value, path: &str) -> Result<(), String> {
+    typed::tag_value(tag, v, path)
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
 /// The expected logical content of a fixture: resolved, normalized canonical JSON.
 pub fn expected_logical(fixture: &Value) -> Result<Value, JudgeError> {
     collection(fixture, Side::Expected).map(|l| l.value)

@@ -25,7 +25,7 @@ use super::run::RunReport;
 use super::{Outcome, Report, ResultEntry, SuiteInfo, Summary};
 use crate::adapter::{Capabilities, Description};
 use crate::runner::{TrialResult, Verdict};
-use crate::suite::Kind;
+use crate::suite::{Basis, Kind};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -56,6 +56,10 @@ pub struct Side {
     pub trials: usize,
     /// Fails, errors and unexpected passes of the run.
     pub unexpected: usize,
+    /// The run's conformance line (conforming or not, and the decision
+    /// trials read otherwise).
+    #[serde(default)]
+    pub conformance: String,
 }
 
 /// One trial's state in one run.
@@ -69,6 +73,9 @@ pub struct TrialState {
     pub named_clause: Option<String>,
     /// The first line of the detail.
     pub detail: String,
+    /// Whether the trial rests on the text or on a decision.
+    #[serde(default)]
+    pub tier: Basis,
 }
 
 /// A trial of both runs that changed.
@@ -313,6 +320,11 @@ impl ReportDiff {
             "## Conformance diff: {} → {}\n",
             o.implementation, n.implementation
         );
+        if o.conformance == n.conformance {
+            let _ = writeln!(md, "Old and new: {}\n", n.conformance);
+        } else {
+            let _ = writeln!(md, "- old: {}\n- new: {}\n", o.conformance, n.conformance);
+        }
         if self.suites_differ {
             let _ = writeln!(
                 md,
@@ -453,6 +465,7 @@ fn state(e: &ResultEntry) -> TrialState {
         verdict: e.result.verdict,
         named_clause: e.result.named_clause.clone(),
         detail: super::first_line(&e.result.detail, 160),
+        tier: e.tier,
     }
 }
 
@@ -509,6 +522,7 @@ fn side(report: &Report) -> Side {
             .iter()
             .filter(|e| e.outcome.is_unexpected())
             .count(),
+        conformance: report.conformance_line(),
     }
 }
 
@@ -527,6 +541,9 @@ fn state_text(s: &TrialState) -> String {
     };
     if let Some(clause) = &s.named_clause {
         let _ = write!(text, " `{clause}`");
+    }
+    if s.tier == Basis::Decision {
+        text.push_str(" · decision");
     }
     text
 }
@@ -669,6 +686,7 @@ fn interop_report(run: &RunReport) -> Report {
                 kind: Kind::RoundTrip,
                 clauses: e.result.clauses.clone(),
                 expected_clause: None,
+                also_accepted: Vec::new(),
                 named_clause: None,
                 verdict: e.result.verdict,
                 detail: e.result.detail.clone(),
@@ -676,9 +694,10 @@ fn interop_report(run: &RunReport) -> Report {
             expected_failure: e.expected_failure.clone(),
             outcome: e.outcome,
             decisions: Vec::new(),
+            tier: e.tier,
         })
         .collect();
-    Report {
+    let mut report = Report {
         harness_version: run.harness_version.clone(),
         suites: run.suites.clone(),
         implementation: Description {
@@ -691,6 +710,10 @@ fn interop_report(run: &RunReport) -> Report {
         },
         summary: Summary::of(&results),
         results,
+        tiers: Default::default(),
+        conforming: false,
         decisions: BTreeMap::new(),
-    }
+    };
+    report.count_tiers();
+    report
 }

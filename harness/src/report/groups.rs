@@ -12,6 +12,7 @@
 //! (implementation, outcome, signature) form one group.
 
 use super::{Outcome, Report, ResultEntry};
+use crate::suite::Basis;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Unexpected results of one implementation that share a cause.
@@ -59,15 +60,20 @@ impl FailureGroup<'_> {
     }
 }
 
-/// The unexpected results of `reports`, grouped by cause, largest group
-/// first; groups of one size in the order of their first trial (reports in
+/// The unexpected results of `reports` on trials that rest on the spec's
+/// text (decision trials are listed apart, each with its decision),
+/// grouped by cause, largest group first; groups of one size in the order of their first trial (reports in
 /// order, trials in report order).
 pub fn failure_groups(reports: &[Report]) -> Vec<FailureGroup<'_>> {
     let mut index: BTreeMap<(&str, Outcome, String), usize> = BTreeMap::new();
     let mut out: Vec<FailureGroup<'_>> = Vec::new();
     for report in reports {
         let implementation = report.implementation.name.as_str();
-        for e in report.results.iter().filter(|e| e.outcome.is_unexpected()) {
+        let stated = report
+            .results
+            .iter()
+            .filter(|e| e.outcome.is_unexpected() && e.tier == Basis::Spec);
+        for e in stated {
             let signature = signature(e);
             let at = *index
                 .entry((implementation, e.outcome, signature.clone()))

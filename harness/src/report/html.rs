@@ -46,7 +46,9 @@ pub(super) fn render(reports: &[Report], interop: &[InteropEntry], spec: &SpecMa
     );
     header(&mut out, reports, spec);
     out.push_str("<main>\n");
+    conformance(&mut out, reports);
     unexpected(&mut out, reports);
+    read_otherwise(&mut out, reports);
     implementations(&mut out, reports, spec);
     interop_section(&mut out, reports, interop);
     matrix(&mut out, reports, spec);
@@ -200,14 +202,17 @@ fn implementations(out: &mut String, reports: &[Report], spec: &SpecMap) {
             );
         }
         out.push_str("</td><td>");
-        if r.has_unexpected() {
+        if r.conforming {
+            out.push_str("<span class=\"verdict ok\">conforming</span>");
+        } else {
+            out.push_str("<span class=\"verdict bad\">not conforming</span>");
+        }
+        let otherwise = r.decisions_read_otherwise().len();
+        if otherwise > 0 {
             let _ = write!(
                 out,
-                "<span class=\"verdict bad\">{} unexpected</span>",
-                s.unexpected()
+                "<div class=\"note\">{otherwise} decision trials read otherwise</div>"
             );
-        } else {
-            out.push_str("<span class=\"verdict ok\">nothing unexpected</span>");
         }
         out.push_str("</td></tr>\n");
     }
@@ -477,6 +482,9 @@ fn drill(out: &mut String, row: &Row<'_>, reports: &[Report]) {
             level_name(c.level)
         );
         let _ = write!(out, "<dt>Clause</dt><dd>{}</dd>", h(&c.text));
+        if let Some(q) = &c.quote {
+            let _ = write!(out, "<dt>Text</dt><dd><q>{}</q></dd>", h(q));
+        }
         if let Some(w) = &c.waiver {
             let _ = write!(out, "<dt>Waiver</dt><dd>{}</dd>", h(w));
         }
@@ -486,6 +494,14 @@ fn drill(out: &mut String, row: &Row<'_>, reports: &[Report]) {
                 "<dt>Basis</dt><dd>decision: this project's reading where the spec is silent or ambiguous. {}</dd>",
                 h(reason)
             );
+            if let Some(contrary) = &c.contrary {
+                let _ = write!(
+                    out,
+                    "<dt>Reads otherwise</dt><dd>{}: <q>{}</q></dd>",
+                    h(&contrary.source),
+                    h(&contrary.quote)
+                );
+            }
         }
     } else {
         out.push_str("<dt>Clause</dt><dd>This id is named by cases but missing from <code>spec-map.toml</code>.</dd>");
@@ -669,13 +685,83 @@ fn detail(out: &mut String, e: &ResultEntry, report: Option<&Report>) {
     out.push_str("</div>\n");
 }
 
-/// The unexpected results of every implementation, grouped by cause,
-/// largest group first; each group opens onto its trials.
+/// Each implementation's conformance line, first on the page.
+fn conformance(out: &mut String, reports: &[Report]) {
+    out.push_str("<section class=\"conformance\">\n");
+    for r in reports {
+        let _ = writeln!(
+            out,
+            "<p class=\"verdict-line\"><span class=\"verdict {}\">{}</span> <b>{}</b>: {}</p>",
+            if r.conforming { "ok" } else { "bad" },
+            if r.conforming {
+                "conforming"
+            } else {
+                "not conforming"
+            },
+            h(&r.implementation.name),
+            h(&r.conformance_line())
+        );
+    }
+    out.push_str("</section>\n");
+}
+
+/// The decision trials each implementation reads otherwise, apart from
+/// the failures, with each decision's reason and contrary text.
+fn read_otherwise(out: &mut String, reports: &[Report]) {
+    let rows: Vec<(&Report, &ResultEntry)> = reports
+        .iter()
+        .flat_map(|r| {
+            r.decisions_read_otherwise()
+                .into_iter()
+                .map(move |e| (r, e))
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "<section>\n<h2>Decision trials read otherwise ({})</h2>\n<p class=\"note\">These rest on this project's reading where the spec's text is silent or ambiguous, not on the text: reading one otherwise is not a defect.</p>",
+        rows.len()
+    );
+    for (r, e) in rows {
+        let _ = writeln!(
+            out,
+            "<details class=\"unexp decision\"><summary><b>{}</b> — <code>{}</code> <span class=\"ver\">{}</span></summary>",
+            h(&r.implementation.name),
+            h(&e.result.trial),
+            h(&e.decisions.join(", "))
+        );
+        out.push_str("<dl class=\"decision\">");
+        for id in &e.decisions {
+            if let Some(d) = r.decisions.get(id) {
+                let _ = write!(out, "<dt><code>{}</code></dt><dd>{}", h(id), h(&d.reason));
+                if let Some(c) = &d.contrary {
+                    let _ = write!(
+                        out,
+                        "<div class=\"note\">Reads otherwise: {} — <q>{}</q></div>",
+                        h(&c.source),
+                        h(&c.quote)
+                    );
+                }
+                out.push_str("</dd>");
+            }
+        }
+        out.push_str("</dl>\n");
+        detail(out, e, None);
+        out.push_str("</details>\n");
+    }
+    out.push_str("</section>\n");
+}
+
+/// The unexpected results of every implementation on trials that rest on
+/// the spec's text, grouped by cause, largest group first; each group
+/// opens onto its trials.
 fn unexpected(out: &mut String, reports: &[Report]) {
-    out.push_str("<section>\n<h2>Unexpected results, by cause</h2>\n");
+    out.push_str("<section>\n<h2>Unexpected results on the spec's text, by cause</h2>\n");
     let groups = failure_groups(reports);
     if groups.is_empty() {
-        out.push_str("<p class=\"none\">None: every trial passed or failed as expected.</p>\n");
+        out.push_str("<p class=\"none\">None: every trial that rests on the spec's text passed or failed as expected.</p>\n");
     }
     for g in &groups {
         let _ = writeln!(

@@ -1,18 +1,67 @@
 //! JUnit XML, the form CI systems read.
+//!
+//! A trial that rests on a decision and fails is `<skipped>` with the
+//! decision in its message, not a `<failure>`: it is not a defect, and a
+//! CI system should show the run as `harness run` (without `--strict`)
+//! ends it. Each implementation's conformance line is an XML comment
+//! before the suites and the `conformance` property of each of its suites.
 
 use super::run::RunReport;
-use super::{escape_xml, first_line, Outcome, Report, ResultEntry, Summary};
+use super::{escape_xml, first_line, Decision, Outcome, Report, ResultEntry};
 use crate::runner::Verdict;
+use crate::suite::Basis;
 use std::collections::BTreeMap;
 use std::fmt::Write;
+
+/// How a trial appears in JUnit.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Junit {
+    Passed,
+    Failure,
+    Error,
+    Skipped,
+}
+
+fn junit_kind(outcome: Outcome, tier: Basis) -> Junit {
+    match outcome {
+        Outcome::Pass => Junit::Passed,
+        Outcome::ExpectedFailure | Outcome::Unsupported => Junit::Skipped,
+        _ if tier == Basis::Decision => Junit::Skipped,
+        Outcome::Fail | Outcome::UnexpectedPass => Junit::Failure,
+        Outcome::Error => Junit::Error,
+    }
+}
+
+/// `tests`, `failures`, `errors` and `skipped` of trials of these outcomes and tiers.
+fn counts(trials: impl IntoIterator<Item = (Outcome, Basis)>) -> [usize; 4] {
+    let mut c = [0; 4];
+    for (outcome, tier) in trials {
+        c[0] += 1;
+        match junit_kind(outcome, tier) {
+            Junit::Passed => {}
+            Junit::Failure => c[1] += 1,
+            Junit::Error => c[2] += 1,
+            Junit::Skipped => c[3] += 1,
+        }
+    }
+    c
+}
+
+fn comment(out: &mut String, lines: &[String]) {
+    for line in lines {
+        // `--` may not appear inside an XML comment.
+        let _ = writeln!(out, "<!-- {} -->", line.replace("--", "- -"));
+    }
+}
 
 pub(super) fn render(report: &Report) -> String {
     let imp = &report.implementation;
     let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    comment(&mut out, &[report.conformance_line()]);
     open_testsuites(
         &mut out,
         &format!("molrec conformance: {} {}", imp.name, imp.version),
-        &report.summary,
+        counts(report.results.iter().map(|e| (e.outcome, e.tier))),
     );
     testsuites(&mut out, report, None);
     out.push_str("</testsuites>\n");
@@ -29,20 +78,19 @@ pub(super) fn render_run(run: &RunReport) -> String {
             return render(only);
         }
     }
-    let mut total = Summary::default();
-    for r in &run.implementations {
-        total.add(&r.summary);
-    }
-    let mut interop = Summary::default();
-    for e in &run.interop {
-        interop.count_one(e.outcome, e.result.verdict);
-    }
-    total.add(&interop);
+    let total = counts(
+        run.implementations
+            .iter()
+            .flat_map(|r| r.results.iter().map(|e| (e.outcome, e.tier)))
+            .chain(run.interop.iter().map(|e| (e.outcome, e.tier))),
+    );
+    let interop = counts(run.interop.iter().map(|e| (e.outcome, e.tier)));
     let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    comment(&mut out, &run.conformance_lines());
     open_testsuites(
         &mut out,
         &format!("molrec conformance: {}", run.names().join(", ")),
-        &total,
+        total,
     );
     for r in &run.implementations {
         testsuites(&mut out, r, Some(&r.implementation.name));
@@ -53,10 +101,7 @@ pub(super) fn render_run(run: &RunReport) -> String {
         let _ = writeln!(
             out,
             "  <testsuite name=\"interop\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\">",
-            interop.total,
-            interop.fail + interop.unexpected_pass,
-            interop.error,
-            interop.expected_failure + interop.unsupported,
+            interop[0], interop[1], interop[2], interop[3],
         );
         for e in &run.interop {
             let r = &e.result;
@@ -76,6 +121,20 @@ pub(super) fn render_run(run: &RunReport) -> String {
             );
             let body = match e.outcome {
                 Outcome::Pass => None,
+                _ if junit_kind(e.outcome, e.tier) == Junit::Skipped
+                    && e.tier == Basis::Decision
+                    && e.outcome.is_unexpected() =>
+                {
+                    Some(format!(
+                        "      <skipped message=\"{}\">{}</skipped>\n",
+                        a(&format!(
+                            "decision trial read otherwise ({}): {}",
+                            e.outcome.name(),
+                            first_line(&r.detail, 200)
+                        )),
+                        t(&context)
+                    ))
+                }
                 Outcome::Fail | Outcome::UnexpectedPass => Some(format!(
                     "      <failure type=\"{}\" message=\"{}\">{}</failure>\n",
                     e.outcome.slug(),
@@ -111,15 +170,15 @@ pub(super) fn render_run(run: &RunReport) -> String {
     out
 }
 
-fn open_testsuites(out: &mut String, name: &str, s: &Summary) {
+fn open_testsuites(out: &mut String, name: &str, c: [usize; 4]) {
     let _ = writeln!(
         out,
         "<testsuites name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\">",
         escape_xml(name, true),
-        s.total,
-        s.fail + s.unexpected_pass,
-        s.error,
-        s.expected_failure + s.unsupported,
+        c[0],
+        c[1],
+        c[2],
+        c[3],
     );
 }
 
@@ -136,7 +195,7 @@ fn testsuites(out: &mut String, report: &Report, prefix: Option<&str>) {
     let imp = &report.implementation;
     let a = |s: &str| escape_xml(s, true);
     for (module, entries) in modules {
-        let s = Summary::of(entries.iter().copied());
+        let c = counts(entries.iter().map(|e| (e.outcome, e.tier)));
         let (name, classname) = match prefix {
             Some(p) => (format!("{p}: {module}"), format!("{p}.{module}")),
             None => (module.to_owned(), module.to_owned()),
@@ -145,10 +204,10 @@ fn testsuites(out: &mut String, report: &Report, prefix: Option<&str>) {
             out,
             "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\">",
             a(&name),
-            s.total,
-            s.fail + s.unexpected_pass,
-            s.error,
-            s.expected_failure + s.unsupported,
+            c[0],
+            c[1],
+            c[2],
+            c[3],
         );
         out.push_str("    <properties>\n");
         let version = report
@@ -161,6 +220,7 @@ fn testsuites(out: &mut String, report: &Report, prefix: Option<&str>) {
             ("implementation.version", imp.version.clone()),
             ("harness.version", report.harness_version.clone()),
             ("suite.version", version.unwrap_or_default()),
+            ("conformance", report.conformance_line()),
         ];
         for (name, value) in props {
             let _ = writeln!(
@@ -179,12 +239,13 @@ fn testsuites(out: &mut String, report: &Report, prefix: Option<&str>) {
 }
 
 /// A trial whose case lists a clause resting on a decision carries
-/// `basis = decision` and one `decision` property per such clause.
+/// `basis = decision` and one `decision` property per such clause; when
+/// it fails, it is skipped with the decision in its message.
 fn testcase(
     out: &mut String,
     e: &ResultEntry,
     classname: &str,
-    reasons: &BTreeMap<String, String>,
+    decisions: &BTreeMap<String, Decision>,
 ) {
     let a = |s: &str| escape_xml(s, true);
     let t = |s: &str| escape_xml(s, false);
@@ -197,6 +258,16 @@ fn testcase(
     );
     let reason = e.expected_failure.as_deref().unwrap_or("");
     let body = match e.outcome {
+        _ if e.tier == Basis::Decision && e.outcome.is_unexpected() => Some(format!(
+            "      <skipped message=\"{}\">{}</skipped>\n",
+            a(&format!(
+                "decision trial read otherwise ({}; {}): {}",
+                e.outcome.name(),
+                e.decisions.join(", "),
+                first_line(&r.detail, 200)
+            )),
+            t(&with_context(e))
+        )),
         Outcome::Pass if r.detail.is_empty() => None,
         Outcome::Pass => Some(format!("      <system-out>{}</system-out>\n", t(&r.detail))),
         Outcome::Fail => Some(format!(
@@ -233,7 +304,10 @@ fn testcase(
             "      <properties>\n        <property name=\"basis\" value=\"decision\"/>\n",
         );
         for id in &e.decisions {
-            let reason = reasons.get(id).map(String::as_str).unwrap_or_default();
+            let reason = decisions
+                .get(id)
+                .map(|d| d.reason.as_str())
+                .unwrap_or_default();
             let _ = writeln!(
                 properties,
                 "        <property name=\"decision\" value=\"{}\"/>",

@@ -7,7 +7,7 @@ use super::{
     Summary,
 };
 use crate::runner::Verdict;
-use crate::suite::{Clause, Level, SpecMap};
+use crate::suite::{Basis, Clause, Level, SpecMap};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -15,7 +15,7 @@ pub(super) fn render(report: &Report, spec: &SpecMap) -> String {
     let mut out = String::new();
     header(&mut out, report);
     unexpected(&mut out, report);
-    decisions_failing(&mut out, report, spec);
+    read_otherwise(&mut out, std::slice::from_ref(report));
     summary(&mut out, report);
     expected(&mut out, report);
     unnamed(&mut out, report);
@@ -32,6 +32,7 @@ fn header(out: &mut String, report: &Report) {
         text(&imp.name),
         text(&imp.version)
     );
+    let _ = writeln!(out, "**{}**\n", text(&report.conformance_line()));
     let suites: Vec<String> = report
         .suites
         .iter()
@@ -53,8 +54,8 @@ fn header(out: &mut String, report: &Report) {
             (false, false) => "neither writes nor reads",
         },
     );
-    let s = &report.summary;
-    if report.has_unexpected() {
+    let s = &report.tiers.spec;
+    if s.unexpected() > 0 {
         let parts: Vec<String> = [Outcome::Fail, Outcome::Error, Outcome::UnexpectedPass]
             .into_iter()
             .filter(|o| s.count(*o) > 0)
@@ -62,70 +63,105 @@ fn header(out: &mut String, report: &Report) {
             .collect();
         let _ = writeln!(
             out,
-            "**Result: {} unexpected** ({}).\n",
+            "Result: {} unexpected on trials that rest on the spec's text ({}).\n",
             s.unexpected(),
             parts.join(", ")
         );
     } else {
-        let _ = writeln!(out, "**Result: nothing unexpected.**\n");
-    }
-}
-
-/// The clauses failing (wholly or partly) for this implementation, and how
-/// many of them rest on a decision rather than the spec's text.
-fn failing_clauses<'s>(report: &Report, spec: &'s SpecMap) -> Vec<(&'s String, &'s Clause)> {
-    spec.iter()
-        .filter(|(id, c)| {
-            let cov = Coverage::of(&report.covering(id), Some(c));
-            matches!(cov.status, Status::Fail | Status::Partial)
-        })
-        .collect()
-}
-
-fn decisions_failing(out: &mut String, report: &Report, spec: &SpecMap) {
-    let failing = failing_clauses(report, spec);
-    let decided: Vec<String> = failing
-        .iter()
-        .filter(|(_, c)| c.is_decision())
-        .map(|(id, _)| code(id))
-        .collect();
-    if failing.is_empty() {
-        return;
-    }
-    if decided.is_empty() {
         let _ = writeln!(
             out,
-            "None of the {} failing clauses rests on a decision: each is the spec's own text.\n",
-            failing.len()
+            "Result: nothing unexpected on trials that rest on the spec's text.\n"
         );
-        return;
     }
-    let _ = writeln!(
-        out,
-        "{} failing clauses rest on a decision (this project's reading where the spec is silent or ambiguous; see Decisions): {}\n",
-        if decided.len() == failing.len() {
-            format!("**All {}**", failing.len())
-        } else {
-            format!("**{} of {}**", decided.len(), failing.len())
-        },
-        decided.join(", ")
-    );
 }
 
-fn summary(out: &mut String, report: &Report) {
-    let s = &report.summary;
-    out.push_str("## Summary\n\n| outcome | trials |\n|:--|--:|\n");
-    for o in Outcome::ALL {
-        let _ = writeln!(out, "| {} | {} |", o.name(), s.count(o));
-        if o == Outcome::Pass && s.pass_unnamed > 0 {
+/// The trials of the decision tier that the implementations read
+/// otherwise, apart from the failures: each with its decision's reason and
+/// the text that reads otherwise, where there is one.
+fn read_otherwise(out: &mut String, reports: &[Report]) {
+    let rows: Vec<(&Report, &ResultEntry)> = reports
+        .iter()
+        .flat_map(|r| {
+            r.decisions_read_otherwise()
+                .into_iter()
+                .map(move |e| (r, e))
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    out.push_str("## Decision trials read otherwise
+
+These trials rest on this project's reading where the spec's text is silent or ambiguous (`basis = \"decision\"` in spec-map.toml), not on the text: reading one otherwise is not a defect and does not make an implementation non-conforming. To argue with a decision, see docs/suites.md (Tiers).\n\n");
+    let several = reports.len() > 1;
+    let mut decisions: BTreeMap<&str, &Report> = BTreeMap::new();
+    out.push_str(if several {
+        "| implementation | trial | decision | outcome | detail |\n|:--|:--|:--|:--|:--|\n"
+    } else {
+        "| trial | decision | outcome | detail |\n|:--|:--|:--|:--|\n"
+    });
+    for (r, e) in &rows {
+        for id in &e.decisions {
+            decisions.entry(id).or_insert(r);
+        }
+        let ids: Vec<String> = e.decisions.iter().map(|d| code(d)).collect();
+        if several {
+            let _ = write!(out, "| {} ", text(&r.implementation.name));
+        }
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            code(&e.result.trial),
+            ids.join(", "),
+            e.outcome.name(),
+            cell(&first_line(&e.result.detail, 120))
+        );
+    }
+    out.push_str("\nThe decisions:\n\n");
+    for (id, r) in decisions {
+        let Some(d) = r.decisions.get(id) else {
+            continue;
+        };
+        let _ = writeln!(out, "- {}: {}", code(id), text(&d.reason));
+        if let Some(c) = &d.contrary {
             let _ = writeln!(
                 out,
-                "| … of which refused without naming a clause | {} |",
-                s.pass_unnamed
+                "  - the text that reads otherwise ({}): \"{}\"",
+                text(&c.source),
+                text(&c.quote)
             );
         }
     }
-    let _ = writeln!(out, "| **total** | **{}** |\n", s.total);
+    out.push('\n');
+}
+
+fn summary(out: &mut String, report: &Report) {
+    let (s, spec, decision) = (&report.summary, &report.tiers.spec, &report.tiers.decision);
+    out.push_str(
+        "## Summary\n\n| outcome | spec's text | decisions | trials |\n|:--|--:|--:|--:|\n",
+    );
+    for o in Outcome::ALL {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            o.name(),
+            spec.count(o),
+            decision.count(o),
+            s.count(o)
+        );
+        if o == Outcome::Pass && s.pass_unnamed > 0 {
+            let _ = writeln!(
+                out,
+                "| … of which refused without naming a clause | {} | {} | {} |",
+                spec.pass_unnamed, decision.pass_unnamed, s.pass_unnamed
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "| **total** | **{}** | **{}** | **{}** |\n",
+        spec.total, decision.total, s.total
+    );
 }
 
 fn unexpected(out: &mut String, report: &Report) {
@@ -341,11 +377,23 @@ fn coverage(out: &mut String, report: &Report, spec: &SpecMap) {
     out.push('\n');
     let decisions: Vec<(&String, &Clause)> = spec.iter().filter(|(_, c)| c.is_decision()).collect();
     if !decisions.is_empty() {
-        out.push_str("## Decisions\n\nClauses that are this project's reading where the spec is silent or ambiguous (`basis = \"decision\"` in spec-map.toml); a failure here may be a defensible reading rather than a defect.\n\n| clause | status | reason |\n|:--|:--|:--|\n");
+        out.push_str("## Decisions\n\nClauses that are this project's reading where the spec is silent or ambiguous (`basis = \"decision\"` in spec-map.toml); a failure here is a defensible reading rather than a defect.\n\n| clause | status | reason | text that reads otherwise |\n|:--|:--|:--|:--|\n");
         for (id, clause) in decisions {
             let cov = Coverage::of(&report.covering(id), Some(clause));
             let reason = clause.reason.as_deref().unwrap_or_default();
-            let _ = writeln!(out, "| {} | {} | {} |", code(id), cov.text(), cell(reason));
+            let contrary = clause
+                .contrary
+                .as_ref()
+                .map(|c| format!("{}: \"{}\"", c.source, c.quote))
+                .unwrap_or_else(|| "—".into());
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} |",
+                code(id),
+                cov.text(),
+                cell(reason),
+                cell(&contrary)
+            );
         }
         out.push('\n');
     }
@@ -379,25 +427,32 @@ pub(super) fn render_run(run: &RunReport, spec: &SpecMap) -> String {
         names.len(),
         run.interop.len()
     );
+    for line in run.conformance_lines() {
+        let _ = writeln!(out, "- **{}**", text(&line));
+    }
+    out.push('\n');
     let mut total = Summary::default();
     for r in &run.implementations {
-        total.add(&r.summary);
+        total.add(&r.tiers.spec);
     }
     let interop_unexpected = run
         .interop
         .iter()
-        .filter(|e| e.outcome.is_unexpected())
+        .filter(|e| e.outcome.is_unexpected() && e.tier == Basis::Spec)
         .count();
-    if run.has_unexpected() {
+    if total.unexpected() + interop_unexpected > 0 {
         let _ = writeln!(
             out,
-            "**Result: {} unexpected** ({} in the implementations' own trials, {} in interop).\n",
+            "Result: {} unexpected on trials that rest on the spec's text ({} in the implementations' own trials, {} in interop).\n",
             total.unexpected() + interop_unexpected,
             total.unexpected(),
             interop_unexpected
         );
     } else {
-        let _ = writeln!(out, "**Result: nothing unexpected.**\n");
+        let _ = writeln!(
+            out,
+            "Result: nothing unexpected on trials that rest on the spec's text.\n"
+        );
     }
     let groups = run.failure_groups();
     if !groups.is_empty() {
@@ -430,7 +485,8 @@ pub(super) fn render_run(run: &RunReport, spec: &SpecMap) -> String {
             fenced(&mut out, g.example());
         }
     }
-    out.push_str("## Implementations\n\n| implementation | version | does | pass | expected failure | unexpected pass | fail | error | unsupported | total |\n|:--|:--|:--|--:|--:|--:|--:|--:|--:|--:|\n");
+    read_otherwise(&mut out, &run.implementations);
+    out.push_str("## Implementations\n\n| implementation | version | does | conforming | pass | expected failure | unexpected pass | fail | error | unsupported | total |\n|:--|:--|:--|:--|--:|--:|--:|--:|--:|--:|--:|\n");
     for r in &run.implementations {
         let s = &r.summary;
         let imp = &r.implementation;
@@ -442,9 +498,10 @@ pub(super) fn render_run(run: &RunReport, spec: &SpecMap) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {does} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {does} | {} | {} | {} | {} | {} | {} | {} | {} |",
             text(&imp.name),
             cell(&imp.version),
+            if r.conforming { "yes" } else { "**no**" },
             s.pass,
             s.expected_failure,
             s.unexpected_pass,
@@ -455,21 +512,6 @@ pub(super) fn render_run(run: &RunReport, spec: &SpecMap) -> String {
         );
     }
     out.push('\n');
-    for r in &run.implementations {
-        let failing = failing_clauses(r, spec);
-        let decided = failing.iter().filter(|(_, c)| c.is_decision()).count();
-        if decided > 0 {
-            let _ = writeln!(
-                out,
-                "- {}: {decided} of its {} failing clauses rest on a decision (this project's reading where the spec is silent or ambiguous; `· decision` below).",
-                text(&r.implementation.name),
-                failing.len()
-            );
-        }
-    }
-    if out.ends_with(").\n") {
-        out.push('\n');
-    }
     interop(&mut out, run);
     out.push_str("## Clauses × implementations\n\n");
     let _ = write!(out, "| clause | level |");
@@ -540,7 +582,10 @@ fn interop(out: &mut String, run: &RunReport) {
             .lines()
             .map(str::trim)
             .find(|l| !l.is_empty() && !l.ends_with(':'));
-        let cause = super::groups::mask(line.unwrap_or(""));
+        let mut cause = super::groups::mask(line.unwrap_or(""));
+        if e.tier == Basis::Decision {
+            cause.insert_str(0, "(a decision trial: not a defect) ");
+        }
         by_cause
             .entry((cause, &r.writer, &r.reader))
             .or_default()

@@ -42,7 +42,7 @@ mod tests;
 
 use crate::adapter::Description;
 use crate::runner::{TrialResult, Verdict};
-use crate::suite::{Clause, Level, SpecMap, Suite};
+use crate::suite::{Basis, Clause, Level, Quoted, SpecMap, Suite};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -155,6 +155,10 @@ pub struct ResultEntry {
     /// project's reading where the spec is silent), from [`Report::with_spec`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub decisions: Vec<String>,
+    /// The trial's tier: it rests on the text (`spec`) or on a decision
+    /// (its case lists decisions only), from [`Report::with_spec`].
+    #[serde(default)]
+    pub tier: Basis,
 }
 
 impl ResultEntry {
@@ -166,6 +170,12 @@ impl ResultEntry {
     /// `case::direction`, the trial's name inside its module.
     pub fn short_name(&self) -> String {
         format!("{}::{}", self.result.case, self.result.direction)
+    }
+
+    /// Whether the trial failed or erred (expected or not): on a trial of
+    /// the `spec` tier, the implementation does not conform.
+    pub fn failed(&self) -> bool {
+        matches!(self.result.verdict, Verdict::Fail | Verdict::Error)
     }
 
     /// The outcome as a short label; a pass without a named clause says so.
@@ -361,6 +371,58 @@ impl Expectations {
     }
 }
 
+/// The outcomes of one implementation's trials, tier by tier.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Tiers {
+    /// Trials whose case rests on the spec's text.
+    pub spec: Summary,
+    /// Trials whose case rests on a project decision.
+    pub decision: Summary,
+}
+
+/// A decision of the run, as the spec map gives it.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Decision {
+    /// Why the rule is this project's reading.
+    pub reason: String,
+    /// Text that reads otherwise, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contrary: Option<Quoted>,
+}
+
+impl Decision {
+    /// The decision of the spec map's `clause`.
+    pub fn of(clause: &Clause) -> Decision {
+        Decision {
+            reason: clause.reason.clone().unwrap_or_default(),
+            contrary: clause.contrary.clone(),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Decision {
+    /// An object, or (reports of format 2) the reason alone.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Decision, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Form {
+            Reason(String),
+            Full {
+                reason: String,
+                #[serde(default)]
+                contrary: Option<Quoted>,
+            },
+        }
+        Ok(match Form::deserialize(d)? {
+            Form::Reason(reason) => Decision {
+                reason,
+                contrary: None,
+            },
+            Form::Full { reason, contrary } => Decision { reason, contrary },
+        })
+    }
+}
+
 /// One run of the suite against one implementation: the source of every other report.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Report {
@@ -374,10 +436,18 @@ pub struct Report {
     pub results: Vec<ResultEntry>,
     /// Counts per outcome.
     pub summary: Summary,
-    /// Every clause of the run that rests on a decision, with the spec
-    /// map's reason, from [`Report::with_spec`].
+    /// Counts per outcome, tier by tier, from [`Report::with_spec`].
     #[serde(default)]
-    pub decisions: BTreeMap<String, String>,
+    pub tiers: Tiers,
+    /// Whether no trial that rests on the spec's text fails or errs (a
+    /// failure the expectations name included): the implementation
+    /// conforms, whatever it makes of the decisions.
+    #[serde(default)]
+    pub conforming: bool,
+    /// Every clause of the run that rests on a decision, with the spec
+    /// map's reason and contrary text, from [`Report::with_spec`].
+    #[serde(default)]
+    pub decisions: BTreeMap<String, Decision>,
 }
 
 impl Report {
@@ -400,6 +470,7 @@ impl Report {
                     expected_failure,
                     outcome,
                     decisions: Vec::new(),
+                    tier: Basis::Spec,
                 }
             })
             .collect();
@@ -414,19 +485,87 @@ impl Report {
             key(a).cmp(&key(b))
         });
         let summary = Summary::of(&results);
-        Report {
+        let mut report = Report {
             harness_version: env!("CARGO_PKG_VERSION").to_owned(),
             suites,
             implementation,
             results,
             summary,
+            tiers: Tiers::default(),
+            conforming: false,
             decisions: BTreeMap::new(),
+        };
+        report.count_tiers();
+        report
+    }
+
+    /// Recounts [`Report::tiers`] and [`Report::conforming`] from the trials.
+    pub(super) fn count_tiers(&mut self) {
+        let (decided, stated): (Vec<&ResultEntry>, Vec<&ResultEntry>) =
+            self.results.iter().partition(|e| e.tier == Basis::Decision);
+        self.conforming = !stated.iter().any(|e| e.failed());
+        self.tiers = Tiers {
+            spec: Summary::of(stated),
+            decision: Summary::of(decided),
+        };
+    }
+
+    /// The trials of the decision tier that failed or erred: where the
+    /// implementation reads a decision otherwise.
+    pub fn decisions_read_otherwise(&self) -> Vec<&ResultEntry> {
+        self.results
+            .iter()
+            .filter(|e| e.tier == Basis::Decision && e.failed())
+            .collect()
+    }
+
+    /// The verdict of the run in one sentence, the first line of every
+    /// report: conforming or not, on how many trials of each tier.
+    pub fn conformance_line(&self) -> String {
+        let spec = &self.tiers.spec;
+        let judged = spec.total - spec.unsupported;
+        let failed = self
+            .results
+            .iter()
+            .filter(|e| e.tier == Basis::Spec && e.failed())
+            .count();
+        let otherwise = self.decisions_read_otherwise().len();
+        let decisions = if otherwise == 0 {
+            if self.tiers.decision.total == self.tiers.decision.unsupported {
+                String::new()
+            } else {
+                "; it follows every decision of this project too".to_owned()
+            }
+        } else {
+            format!(
+                "; it reads {otherwise} decision trial{} otherwise (this project's reading where the text is silent: not a defect)",
+                if otherwise == 1 { "" } else { "s" }
+            )
+        };
+        if self.conforming {
+            format!(
+                "Conforming: passes all {} trials that rest on the spec's text{decisions}.",
+                judged - failed
+            )
+        } else {
+            format!(
+                "Not conforming: {failed} of {judged} trials that rest on the spec's text fail{decisions}."
+            )
         }
+    }
+
+    /// Whether the run fails: an unexpected outcome on a trial of the
+    /// `spec` tier, or (`strict`) of either tier.
+    pub fn fails_run(&self, strict: bool) -> bool {
+        self.results
+            .iter()
+            .any(|e| e.outcome.is_unexpected() && (strict || e.tier == Basis::Spec))
     }
 
     /// Marks, from the spec map, which clauses of the run rest on a
     /// decision: on every trial that lists one and in [`Report::decisions`].
     pub fn with_spec(mut self, spec: &SpecMap) -> Report {
+        self.decisions.clear();
         for entry in &mut self.results {
             let r = &entry.result;
             let mut ids: Vec<String> = r
@@ -439,11 +578,16 @@ impl Report {
             ids.sort();
             ids.dedup();
             for id in &ids {
-                let reason = spec[id].reason.clone().unwrap_or_default();
-                self.decisions.insert(id.clone(), reason);
+                self.decisions.insert(id.clone(), Decision::of(&spec[id]));
             }
+            entry.tier = if ids.is_empty() {
+                Basis::Spec
+            } else {
+                Basis::Decision
+            };
             entry.decisions = ids;
         }
+        self.count_tiers();
         self
     }
 

@@ -7,14 +7,15 @@
 use super::{groups, html, junit, markdown, Expectations, Outcome, Report, SuiteInfo};
 use crate::interop::InteropResult;
 use crate::runner::Verdict;
-use crate::suite::SpecMap;
+use crate::suite::{Basis, SpecMap};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 
 /// The format of `report.json` this harness writes. Format 1 was one
-/// implementation's [`Report`] alone.
-pub const RUN_FORMAT_VERSION: u32 = 2;
+/// implementation's [`Report`] alone; format 2 had no tiers (every trial
+/// reads as resting on the text until [`RunReport::with_spec`] marks it).
+pub const RUN_FORMAT_VERSION: u32 = 3;
 
 /// An interop trial in the light of the expectations of its two sides.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -28,6 +29,9 @@ pub struct InteropEntry {
     pub expected_failure: Option<String>,
     /// The verdict in the light of the expectations.
     pub outcome: Outcome,
+    /// The trial's tier: its case rests on the text or on a decision.
+    #[serde(default)]
+    pub tier: Basis,
 }
 
 /// Every implementation's report of one run (or of several runs, merged),
@@ -65,6 +69,7 @@ impl RunReport {
         implementations: Vec<Report>,
         interop: Vec<InteropResult>,
         expectations: &BTreeMap<String, Expectations>,
+        spec: &SpecMap,
     ) -> RunReport {
         suites.sort();
         suites.dedup();
@@ -86,10 +91,12 @@ impl RunReport {
                     })
                     .map(str::to_owned);
                 let outcome = Outcome::of(result.verdict, reason.is_some());
+                let tier = Basis::of_clauses(&result.clauses, spec);
                 InteropEntry {
                     result,
                     expected_failure: reason,
                     outcome,
+                    tier,
                 }
             })
             .collect();
@@ -123,11 +130,11 @@ impl RunReport {
             return Report::from_json(text).map(RunReport::single);
         }
         match value.get("format_version").and_then(serde_json::Value::as_u64) {
-            Some(v) if v == u64::from(RUN_FORMAT_VERSION) => {
+            Some(v) if v == 2 || v == u64::from(RUN_FORMAT_VERSION) => {
                 serde_json::from_value(value).map_err(|e| format!("report: {e}"))
             }
             Some(v) => Err(format!(
-                "report: format {v}; this harness reads formats 1 and {RUN_FORMAT_VERSION}"
+                "report: format {v}; this harness reads formats 1 to {RUN_FORMAT_VERSION}"
             )),
             None => Err("report: neither a run (`format_version`) nor one implementation's report (`implementation`)".into()),
         }
@@ -220,6 +227,31 @@ impl RunReport {
         Ok(merged)
     }
 
+    /// The run in this format, a report of an older format (whose trials
+    /// carry no tier) given the tiers of `spec`; a report of this format
+    /// keeps the tiers of the spec map it ran with.
+    pub fn upgraded(self, spec: &SpecMap) -> RunReport {
+        if self.format_version >= RUN_FORMAT_VERSION {
+            return self;
+        }
+        let mut run = self.with_spec(spec);
+        run.format_version = RUN_FORMAT_VERSION;
+        run
+    }
+
+    /// The run with every trial's tier taken from `spec`.
+    pub fn with_spec(mut self, spec: &SpecMap) -> RunReport {
+        self.implementations = self
+            .implementations
+            .into_iter()
+            .map(|r| r.with_spec(spec))
+            .collect();
+        for e in &mut self.interop {
+            e.tier = Basis::of_clauses(&e.result.clauses, spec);
+        }
+        self
+    }
+
     /// The implementations' names, in order.
     pub fn names(&self) -> Vec<&str> {
         self.implementations
@@ -232,6 +264,24 @@ impl RunReport {
     pub fn has_unexpected(&self) -> bool {
         self.implementations.iter().any(Report::has_unexpected)
             || self.interop.iter().any(|e| e.outcome.is_unexpected())
+    }
+
+    /// Whether the run fails: an unexpected outcome on a trial that rests
+    /// on the spec's text, or (`strict`) on any trial.
+    pub fn fails_run(&self, strict: bool) -> bool {
+        self.implementations.iter().any(|r| r.fails_run(strict))
+            || self
+                .interop
+                .iter()
+                .any(|e| e.outcome.is_unexpected() && (strict || e.tier == Basis::Spec))
+    }
+
+    /// The conformance line of every implementation, `name: line`.
+    pub fn conformance_lines(&self) -> Vec<String> {
+        self.implementations
+            .iter()
+            .map(|r| format!("{}: {}", r.implementation.name, r.conformance_line()))
+            .collect()
     }
 
     /// Interop trials per (writer, reader), for the writers and readers

@@ -19,6 +19,7 @@ fn trial(
         kind,
         clauses: clauses.iter().map(|c| c.to_string()).collect(),
         expected_clause: None,
+        also_accepted: Vec::new(),
         named_clause: None,
         verdict,
         detail: detail.into(),
@@ -136,6 +137,8 @@ fn clause(source: &str, level: Level, text: &str, waiver: Option<&str>) -> Claus
         waiver: waiver.map(str::to_owned),
         basis: Basis::Spec,
         reason: None,
+        quote: None,
+        contrary: None,
     }
 }
 
@@ -407,6 +410,12 @@ fn check_xml(xml: &str) {
     let mut roots = 0;
     while let Some(open) = rest.find('<') {
         check_text(&rest[..open]);
+        if rest[open..].starts_with("<!--") {
+            let end = rest[open..].find("-->").expect("unclosed comment") + open;
+            assert!(!rest[open + 4..end].contains("--"), "-- inside a comment");
+            rest = &rest[end + 3..];
+            continue;
+        }
         let close = rest[open..].find('>').expect("unclosed tag") + open;
         let tag = &rest[open + 1..close];
         assert!(!tag.contains('<'), "raw < inside a tag: {tag}");
@@ -517,9 +526,20 @@ fn escape_xml_attribute_keeps_line_breaks() {
 fn markdown_has_summary_failures_and_coverage() {
     let md = report().to_markdown(&spec());
     assert!(md.starts_with("# Conformance report: test-impl 1.2.3\n"));
-    assert!(md.contains("**Result: 3 unexpected** (1 fail, 1 error, 1 unexpected pass)."));
-    assert!(md.contains("| pass | 2 |\n| … of which refused without naming a clause | 1 |\n"));
-    assert!(md.contains("| **total** | **7** |"));
+    assert!(
+        md.contains("**Not conforming: 3 of 6 trials that rest on the spec's text fail.**"),
+        "{md}"
+    );
+    assert!(md.contains(
+        "Result: 3 unexpected on trials that rest on the spec's text (1 fail, 1 error, 1 unexpected pass)."
+    ));
+    assert!(
+        md.contains(
+            "| pass | 2 | 0 | 2 |\n| … of which refused without naming a clause | 1 | 0 | 1 |\n"
+        ),
+        "{md}"
+    );
+    assert!(md.contains("| **total** | **7** | **0** | **7** |"));
     // Details are fenced with a fence longer than any run of backticks inside.
     assert!(md.contains(&format!("````text\n{}\n````\n", FAIL_DETAIL.trim_end())));
     assert!(md.contains("### `collection::fixed-now::read` — unexpected pass"));
@@ -609,7 +629,11 @@ fn markdown_when_all_is_well() {
         &Expectations::default(),
     );
     let md = r.to_markdown(&spec());
-    assert!(md.contains("**Result: nothing unexpected.**"));
+    assert!(
+        md.contains("**Conforming: passes all 2 trials that rest on the spec's text.**"),
+        "{md}"
+    );
+    assert!(md.contains("Result: nothing unexpected on trials that rest on the spec's text."));
     assert!(!md.contains("## Unexpected results"));
     assert!(!md.contains("## Expected failures"));
 }
@@ -803,6 +827,10 @@ fn spec_with_decision() -> SpecMap {
     let c = spec.get_mut("c.fail").unwrap();
     c.basis = Basis::Decision;
     c.reason = Some("the text is silent on broken files".into());
+    c.contrary = Some(crate::suite::Quoted {
+        source: "frame.md @ 2a5cc2d7 > Nullable columns".into(),
+        quote: "a reader hands it back".into(),
+    });
     spec
 }
 
@@ -811,7 +839,7 @@ fn a_clause_resting_on_a_decision_is_marked_in_every_form() {
     let spec = spec_with_decision();
     let report = report().with_spec(&spec);
     assert_eq!(
-        report.decisions.get("c.fail").map(String::as_str),
+        report.decisions.get("c.fail").map(|d| d.reason.as_str()),
         Some("the text is silent on broken files")
     );
     let crashes = report
@@ -839,13 +867,77 @@ fn a_clause_resting_on_a_decision_is_marked_in_every_form() {
     assert!(junit.contains("c.fail: the text is silent on broken files"));
 
     let md = report.to_markdown(&spec);
-    assert!(md.contains("failing clauses rest on a decision"), "{md}");
+    assert!(md.contains("## Decision trials read otherwise"), "{md}");
+    assert!(
+        md.contains("| `collection::crashes::read` | `c.fail` | error |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("(frame.md @ 2a5cc2d7 &gt; Nullable columns): \"a reader hands it back\""),
+        "{md}"
+    );
     assert!(md.contains("| `c.fail` | should · decision |"), "{md}");
     assert!(md.contains("## Decisions"), "{md}");
 
     let html = Report::to_html(std::slice::from_ref(&report), &spec);
     assert!(html.contains("<span class=\"lvl decision\""));
-    assert!(html.contains("rest on a decision"));
+    assert!(
+        html.contains("Decision trials read otherwise (2)"),
+        "{html}"
+    );
+}
+
+/// A trial rests on the text or on a decision: an implementation whose
+/// only failures are decision trials conforms, and every form says so
+/// first; the run fails on them only when strict.
+#[test]
+fn failures_of_decision_trials_leave_an_implementation_conforming() {
+    // Only the decision trial fails: drop the spec-tier failures.
+    let mut report = report();
+    report
+        .results
+        .retain(|e| !matches!(e.result.case.as_str(), "values-differ" | "known-bad"));
+    let report = Report::new(
+        report.implementation.clone(),
+        report.suites.clone(),
+        report.results.into_iter().map(|e| e.result).collect(),
+        &Expectations::default(),
+    );
+    let plain = report.clone().with_spec(&spec());
+    assert!(!plain.conforming, "c.fail is on the text in spec()");
+    assert!(plain.fails_run(false));
+    let report = report.with_spec(&spec_with_decision());
+    assert!(report.conforming);
+    assert_eq!(report.tiers.decision.error, 1);
+    assert_eq!(report.tiers.spec.unexpected(), 0);
+    assert!(!report.fails_run(false));
+    assert!(report.fails_run(true));
+    let line = report.conformance_line();
+    assert!(line.starts_with("Conforming: passes all 3 trials that rest on the spec's text; it reads 1 decision trial otherwise"), "{line}");
+
+    let md = report.to_markdown(&spec_with_decision());
+    let second = md.lines().nth(2).unwrap_or_default();
+    assert_eq!(second, format!("**{line}**"), "{md}");
+    let junit = report.to_junit();
+    assert!(
+        junit.lines().nth(1).unwrap().contains("Conforming"),
+        "{junit}"
+    );
+    assert!(junit.contains("failures=\"0\" errors=\"0\""), "{junit}");
+    assert!(
+        junit.contains("<skipped message=\"decision trial read otherwise (error; c.fail)"),
+        "{junit}"
+    );
+    let html = Report::to_html(std::slice::from_ref(&report), &spec_with_decision());
+    let main = &html[html.find("<main>").unwrap()..];
+    assert!(
+        main.trim_start_matches("<main>\n")
+            .starts_with("<section class=\"conformance\">\n<p class=\"verdict-line\"><span class=\"verdict ok\">conforming</span>"),
+        "{main}"
+    );
+    let json = report.to_json();
+    assert!(json.contains("\"conforming\": true"), "{json}");
+    assert_eq!(Report::from_json(&json).unwrap(), report);
 }
 
 #[test]

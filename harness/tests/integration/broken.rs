@@ -38,6 +38,11 @@ enum Fault {
     /// The reader hands back an undefined cell's stored `vectors` instead of
     /// the identity.
     StoredUndefinedVectors,
+    /// The writer carries a block across a record boundary: a record's
+    /// first frame leaves out a block equal to the previous record's last.
+    CarriesAcrossRecords,
+    /// The reader refuses a repeated step but accepts a decreasing one.
+    AcceptsDecreasingSteps,
 }
 
 /// Which quantum a writer takes for a precision.
@@ -70,6 +75,9 @@ impl Implementation for Broken {
             Fault::RoundsTiesAway => round_declared(&mut collection, Quantum::TiesAway),
             _ => {}
         }
+        if let Fault::CarriesAcrossRecords = self.fault {
+            carry_across_records(&mut collection);
+        }
         if let Fault::AcceptsMissingUnits = self.fault {
             if collection.pointer("/meta/units").is_none() {
                 if let Some(meta) = collection.get_mut("meta").and_then(Value::as_object_mut) {
@@ -90,7 +98,18 @@ impl Implementation for Broken {
     }
 
     fn read(&mut self, path: &Path) -> Outcome<Value> {
-        self.inner.read(path).map(|mut c| {
+        let outcome = self.inner.read(path);
+        if let (Fault::AcceptsDecreasingSteps, Outcome::Refused { clause, .. }) =
+            (self.fault, &outcome)
+        {
+            let steps_rule = clause
+                .as_deref()
+                .is_some_and(|c| c.starts_with("trajectory.step.increasing"));
+            if steps_rule && !repeats_a_step(path) {
+                return Outcome::Done(Value::Null);
+            }
+        }
+        outcome.map(|mut c| {
             match self.fault {
                 Fault::NoCarryForwardOnRead => drop_carried_blocks(&mut c),
                 Fault::U64AsI64 => u64_to_i64(&mut c),
@@ -122,6 +141,55 @@ fn drop_carried_blocks(c: &mut Value) {
             }
         }
     }
+}
+
+/// Leaves out, from each record's first frame, the blocks equal to the
+/// ones the previous record ended with (as if carry-forward went on).
+fn carry_across_records(c: &mut Value) {
+    let Some(records) = c.get_mut("records").and_then(Value::as_array_mut) else {
+        return;
+    };
+    // What the writer last wrote of each block, never cleared between records.
+    let mut ended_with = serde_json::Map::new();
+    for record in records {
+        let Some(frames) = record
+            .pointer_mut("/trajectory/frames")
+            .and_then(Value::as_array_mut)
+        else {
+            continue;
+        };
+        let mut resolved = serde_json::Map::new();
+        for frame in frames.iter() {
+            if let Some(blocks) = frame["blocks"].as_object() {
+                resolved.extend(blocks.clone());
+            }
+        }
+        if let Some(blocks) = frames
+            .first_mut()
+            .and_then(|f| f.get_mut("blocks"))
+            .and_then(Value::as_object_mut)
+        {
+            blocks.retain(|name, block| ended_with.get(name) != Some(block));
+        }
+        ended_with.extend(resolved);
+    }
+}
+
+/// Whether two frames in a row of the file (by ordinal) state one step.
+fn repeats_a_step(path: &Path) -> bool {
+    let mut steps = Vec::new();
+    let copy = path.with_extension("steps.mrec.lmdb");
+    std::fs::copy(path, &copy).expect("copy");
+    with_db(&copy, |db, txn| {
+        for item in db.iter(txn).expect("iter") {
+            let (key, value) = item.expect("entry");
+            if key.len() == 9 && key[0] == b'f' && value.starts_with(b"MRF1") {
+                steps.push(split_frame(value).0["step"].clone());
+            }
+        }
+    });
+    let _ = std::fs::remove_file(&copy);
+    steps.windows(2).any(|w| w[0] == w[1])
 }
 
 fn u64_to_i64(v: &mut Value) {
@@ -450,9 +518,52 @@ fn an_omitted_undefined_cell_boundary_is_caught() {
         writes(r)
             && matches!(
                 r.case.as_str(),
-                "box-changes-and-undefined" | "box-undefined-origin"
+                "box-changes-and-undefined" | "box-undefined-origin" | "system-box"
             )
     });
+}
+
+/// Issue #43's first hole: a writer that lets a block carry over from the
+/// previous record is caught by a case whose record starts with a block
+/// equal to the previous record's last (the inspection's first-frame rule,
+/// and the content read back).
+#[test]
+fn a_writer_carrying_a_block_across_records_is_caught() {
+    let failed = check(Fault::CarriesAcrossRecords, |r| {
+        writes(r)
+            && matches!(
+                r.case.as_str(),
+                "carry-forward-record-boundary" | "records-different-subsets"
+            )
+    });
+    caught_twice(
+        Fault::CarriesAcrossRecords,
+        &failed,
+        &[
+            "collection::carry-forward-record-boundary::write",
+            "collection::records-different-subsets::write",
+        ],
+    );
+}
+
+/// Issue #43's second hole: a reader that refuses an equal step but not a
+/// decreasing one.
+#[test]
+fn a_reader_accepting_decreasing_steps_is_caught() {
+    let failed = check(Fault::AcceptsDecreasingSteps, |r| {
+        matches!(
+            r.case.as_str(),
+            "read-refuse-step-decreasing" | "read-refuse-step-decreasing-first"
+        )
+    });
+    caught_twice(
+        Fault::AcceptsDecreasingSteps,
+        &failed,
+        &[
+            "collection::read-refuse-step-decreasing::read",
+            "collection::read-refuse-step-decreasing-first::read",
+        ],
+    );
 }
 
 #[test]

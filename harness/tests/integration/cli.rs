@@ -116,11 +116,16 @@ fn trace_shows_a_clause_its_cases_and_verdicts() {
 fn the_workflow_commands_run_the_suite_and_diff_its_report() {
     let dir = harness::runner::scratch_dir("workflow-commands");
     let out = Command::new(env!("CARGO_BIN_EXE_harness"))
-        .args(["run", "--report"])
+        .args(["run", "--strict", "--report"])
         .arg(&dir)
         .output()
         .expect("harness runs");
     assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("harness: molrec-reference: Conforming: passes all "),
+        "{stdout}"
+    );
     for name in ["report.json", "junit.xml", "report.md", "report.html"] {
         assert!(dir.join(name).is_file(), "{name}");
     }
@@ -137,6 +142,7 @@ fn the_workflow_commands_run_the_suite_and_diff_its_report() {
         md.starts_with("## Conformance diff: molrec-reference "),
         "{md}"
     );
+    assert!(md.contains("\nOld and new: Conforming: "), "{md}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -11,7 +11,7 @@ use yaml_rust2::{Yaml, YamlLoader};
 const ALLOWED: &[(&str, &str)] = &[
     ("./.ci/run", "CI itself"),
     (
-        "cargo run --release -p harness -- run --report ",
+        "cargo run --release -p harness -- run --strict --report ",
         "cli::the_workflow_commands_run_the_suite_and_diff_its_report",
     ),
     (
@@ -62,7 +62,11 @@ fn the_forge_workflow_parses_and_runs_only_commands_tested_here() {
             "`{line}` is not a command `.ci/run` or a test runs"
         );
     }
-    for needed in ["./.ci/run", "-- run --report reports", "-- report diff "] {
+    for needed in [
+        "./.ci/run",
+        "-- run --strict --report reports",
+        "-- report diff ",
+    ] {
         assert!(
             runs.iter().any(|l| l.contains(needed)),
             "the workflow runs {needed}"

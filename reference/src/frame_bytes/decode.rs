@@ -259,14 +259,21 @@ pub(super) fn finish(raw: RawHeader<'_>) -> Result<FrameRef<'_>> {
             })?)
         }
     };
+    // `"time": null` and `"box": null` are read as absent: the header of
+    // lmdb.md's v1 example carries both (spec-map: mrf1.null-time-box).
     let time = match raw.time {
-        None => None,
+        None | Some(Value::Null) => None,
         Some(v) => Some(
             typed_json::f64_from_json(&v)
                 .map_err(|e| Error::refused(Clause::TypedValue, "time", e))?,
         ),
     };
-    let cell = raw.cell.as_ref().map(parse_box).transpose()?;
+    let cell = raw
+        .cell
+        .as_ref()
+        .filter(|v| !v.is_null())
+        .map(parse_box)
+        .transpose()?;
     Ok(FrameRef {
         blocks: raw.blocks,
         info: FrameInfo {

@@ -415,12 +415,14 @@ impl Writer {
                 frames += 1;
             }
         }
-        if !record.meta.is_empty() {
-            self.scratch.clear();
-            serde_json::to_writer(&mut self.scratch, &record.meta)
-                .map_err(|e| Error::Lmdb(e.to_string()))?;
-            self.record_spill.push(r, &self.scratch)?;
-        }
+        // Every record's `r` key is written, `{}` for an empty document:
+        // the key table gives no absence rule for `r` (a reader that reads
+        // a missing one as `{}` does so by this project's decision,
+        // lmdb.record.meta-absent), so a file from here never relies on it.
+        self.scratch.clear();
+        serde_json::to_writer(&mut self.scratch, &record.meta)
+            .map_err(|e| Error::Lmdb(e.to_string()))?;
+        self.record_spill.push(r, &self.scratch)?;
         if has_system {
             self.system_spill.push(r, &self.system_value)?;
         }
