@@ -1,6 +1,7 @@
 use super::*;
 use crate::adapter::Capabilities;
 use crate::suite::{Basis, Direction, Kind};
+use serde_json::{json, Value};
 
 fn trial(
     case: &str,
@@ -1041,4 +1042,41 @@ fn diff_ranks_changes_and_lists_added_trials_and_messages() {
     assert_eq!(d.changed[0].direction, diff::Direction::Other);
     assert!(!d.fails(diff::FailOn::Worse));
     assert!(d.fails(diff::FailOn::Any));
+}
+
+/// A report.json of format 2 (no tiers, decisions as bare reasons) reads
+/// as a run whose trials all rest on the text until it is upgraded with a
+/// spec map; upgraded, its tiers and conformance are today's.
+#[test]
+fn a_format_2_report_reads_and_takes_the_tiers_of_the_spec_map() {
+    use super::run::{RunReport, RUN_FORMAT_VERSION};
+    let spec = spec_with_decision();
+    let run = RunReport::single(report().with_spec(&spec));
+    let mut old: Value = serde_json::from_str(&run.to_json()).unwrap();
+    old["format_version"] = json!(2);
+    let imp = &mut old["implementations"][0];
+    let object = imp.as_object_mut().unwrap();
+    object.remove("tiers");
+    object.remove("conforming");
+    object.insert(
+        "decisions".into(),
+        json!({"c.fail": "the text is silent on broken files"}),
+    );
+    for e in imp["results"].as_array_mut().unwrap() {
+        e.as_object_mut().unwrap().remove("tier");
+    }
+    let read = RunReport::from_json(&old.to_string()).unwrap();
+    assert_eq!(read.format_version, 2);
+    assert!(read.implementations[0]
+        .results
+        .iter()
+        .all(|e| e.tier == Basis::Spec));
+    let upgraded = read.upgraded(&spec);
+    assert_eq!(upgraded.format_version, RUN_FORMAT_VERSION);
+    let (a, b) = (&upgraded.implementations[0], &run.implementations[0]);
+    assert_eq!(a.tiers, b.tiers);
+    assert_eq!(a.conforming, b.conforming);
+    assert_eq!(a.decisions, b.decisions);
+    let tiers = |r: &Report| r.results.iter().map(|e| e.tier).collect::<Vec<_>>();
+    assert_eq!(tiers(a), tiers(b));
 }
