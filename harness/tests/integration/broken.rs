@@ -158,18 +158,24 @@ fn carry_across_records(c: &mut Value) {
         else {
             continue;
         };
+        // Blocks by name, and the cell under the name `box` (a block name
+        // no frame may use).
         let mut resolved = serde_json::Map::new();
         for frame in frames.iter() {
             if let Some(blocks) = frame["blocks"].as_object() {
                 resolved.extend(blocks.clone());
             }
+            if let Some(cell) = frame.get("box") {
+                resolved.insert("box".into(), cell.clone());
+            }
         }
-        if let Some(blocks) = frames
-            .first_mut()
-            .and_then(|f| f.get_mut("blocks"))
-            .and_then(Value::as_object_mut)
-        {
-            blocks.retain(|name, block| ended_with.get(name) != Some(block));
+        if let Some(first) = frames.first_mut().and_then(Value::as_object_mut) {
+            if first.get("box").is_some() && first.get("box") == ended_with.get("box") {
+                first.remove("box");
+            }
+            if let Some(blocks) = first.get_mut("blocks").and_then(Value::as_object_mut) {
+                blocks.retain(|name, block| ended_with.get(name) != Some(block));
+            }
         }
         ended_with.extend(resolved);
     }
