@@ -653,6 +653,13 @@ fn trace(layout: Layout, clause: Option<String>, uncovered: bool, reports: &[Pat
     }
     match harness::trace::clause(&spec, &suites, &id, &loaded) {
         Ok(text) => {
+            // Whole runs read from reports: each one's verdict comes first.
+            if !reports.is_empty() {
+                for r in &loaded {
+                    println!("{}: {}", r.implementation.name, r.conformance_line());
+                }
+                println!();
+            }
             print!("{text}");
             ExitCode::SUCCESS
         }

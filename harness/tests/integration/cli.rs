@@ -143,6 +143,19 @@ fn the_workflow_commands_run_the_suite_and_diff_its_report() {
         "{md}"
     );
     assert!(md.contains("\nOld and new: Conforming: "), "{md}");
+    // trace of a clause over a whole run's report opens with its verdict.
+    let out = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["trace", "lmdb.index.prefix-sum", "--report"])
+        .arg(&report)
+        .output()
+        .expect("harness runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text.starts_with("molrec-reference: Conforming: passes all "),
+        "{text}"
+    );
+    assert!(text.contains("\nlmdb.index.prefix-sum: must\n"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
