@@ -12,6 +12,7 @@
 //! `RuntimeError`), and every library error becomes one of `mrec`'s
 //! exceptions ([`to_py_err`]).
 
+mod acc;
 mod convert;
 mod import;
 mod read;
