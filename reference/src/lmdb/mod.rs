@@ -8,7 +8,7 @@ mod resolve;
 mod writer;
 
 pub use pages::{check_pages, PageCounts};
-pub use reader::{Reader, RecordTxn, ResolvedView};
+pub use reader::{FrameBlock, FrameColumn, Reader, RecordTxn, ResolvedFrame, ResolvedView};
 pub use writer::{partial_path, write_collection, Writer, WriterOptions, DEFAULT_PAGE_SIZE};
 
 use crate::clause::Clause;
