@@ -118,8 +118,9 @@ pub(crate) struct RecordEntry {
     map: UpdateMap,
     system: Option<Arc<Frame>>,
     /// The layouts of the record's full updates whose `blocks` text an
-    /// update may repeat (most records have one).
-    layouts: Vec<KnownLayout>,
+    /// update may repeat (most records have one), shared with the other
+    /// records laid out alike ([`RecordCache::layout`]).
+    layouts: Vec<Arc<KnownLayout>>,
     /// The declared per-step keys: what an update's meta is read into.
     meta_template: Document,
     /// Each frame's value, in the reader's [`FramesTxn`].
@@ -129,7 +130,7 @@ pub(crate) struct RecordEntry {
 /// A full update's layout and its `blocks` text and payload length: an
 /// update with the same text and length has the same blocks.
 #[derive(Debug)]
-struct KnownLayout {
+pub(crate) struct KnownLayout {
     text: Box<[u8]>,
     payload_len: usize,
     layout: Arc<Layout>,
@@ -153,21 +154,24 @@ struct ValueAt {
 }
 
 impl RecordEntry {
+    /// The bytes this takes, roughly (allocations included: a `BTreeMap`
+    /// of a few entries takes a node of eleven, some 1.4 KiB here).
     fn cost(&self) -> usize {
+        const NODE: usize = 1400;
         let system = self.system.as_ref().map_or(0, |s| {
-            s.blocks
+            let columns: usize = s
+                .blocks
                 .values()
                 .flat_map(|b| b.columns.values())
                 .map(|c| match &c.data {
-                    ColumnData::String(v) => v.iter().map(|s| 24 + s.len()).sum(),
-                    data => data.len() * data.dtype().item_size().unwrap_or(8),
+                    ColumnData::String(v) => v.iter().map(|s| 40 + s.len()).sum(),
+                    data => data.len() * data.dtype().item_size().unwrap_or(8) + 32,
                 })
-                .sum::<usize>()
-                + 256 * (1 + s.blocks.len())
+                .sum();
+            NODE * (1 + s.blocks.len()) + columns
         });
-        let layouts: usize = self.layouts.iter().map(|l| 512 + 2 * l.text.len()).sum();
         let values = self.values.len() * std::mem::size_of::<ValueAt>();
-        48 + self.map.cost() + system + layouts + values
+        256 + self.map.cost() + system + 16 * self.layouts.len() + values
     }
 }
 
@@ -179,11 +183,41 @@ impl RecordEntry {
 pub(crate) struct RecordCache {
     entries: HashMap<u64, Arc<RecordEntry>>,
     cost: usize,
+    /// The layouts of the entries, by `blocks` text and payload length:
+    /// records of one shape (the same columns and row counts) share one.
+    layouts: HashMap<(Box<[u8]>, usize), Arc<KnownLayout>>,
 }
 
 impl RecordCache {
-    /// 16 MiB: some 20,000 records of a few dozen atoms and frames.
+    /// 16 MiB: some 2,500 records of a few dozen atoms and frames, with
+    /// their systems (the benchmark's 2,000 fit).
     const BUDGET: usize = 16 << 20;
+    /// Layouts kept (all forgotten when full).
+    const LAYOUTS: usize = 4096;
+
+    /// The layout of this `blocks` text and payload length: the one kept,
+    /// or `make`'s, kept.
+    fn layout(
+        &mut self,
+        text: &[u8],
+        payload_len: usize,
+        make: impl FnOnce() -> Layout,
+    ) -> Arc<KnownLayout> {
+        let key = (Box::<[u8]>::from(text), payload_len);
+        if let Some(known) = self.layouts.get(&key) {
+            return Arc::clone(known);
+        }
+        if self.layouts.len() >= Self::LAYOUTS {
+            self.layouts.clear();
+        }
+        let known = Arc::new(KnownLayout {
+            text: key.0.clone(),
+            payload_len,
+            layout: Arc::new(make()),
+        });
+        self.layouts.insert(key, Arc::clone(&known));
+        known
+    }
 
     fn get(&self, r: u64) -> Option<Arc<RecordEntry>> {
         self.entries.get(&r).cloned()
@@ -204,23 +238,14 @@ impl RecordCache {
 /// The reader's own read transaction for frames by ordinal: the values
 /// its entries point at stay valid while it lives (LMDB keeps a read
 /// transaction's values in place until it ends). Opened at the first
-/// frame read; kept until the reader is dropped.
+/// frame read; kept until the reader is dropped. (In a forked child the
+/// binding drops inherited readers: ending the parent's transaction there
+/// only marks its reader slot idle, which no reader of a committed
+/// collection looks at; and the environment is then closed, so the child
+/// opens the file afresh.)
 #[derive(Default)]
 pub(crate) struct FramesTxn {
     txn: Option<RoTxn<'static, WithoutTls>>,
-    /// The process that opened it.
-    pid: u32,
-}
-
-impl Drop for FramesTxn {
-    fn drop(&mut self) {
-        // In a forked child the transaction is the parent's (its reader
-        // slot, in the shared lock file, is the parent's): ending it here
-        // would end it there. It is left alone; the child never uses it.
-        if self.pid != std::process::id() {
-            std::mem::forget(self.txn.take());
-        }
-    }
 }
 
 /// One frame resolved by its global ordinal ([`Reader::frame`]): the step, time and per-step
@@ -673,13 +698,12 @@ impl Reader {
 
     /// Where each frame of record r is in the reader's [`FramesTxn`] (opened
     /// here the first time), and which of `layouts` it repeats.
-    fn value_locations(&self, r: u64, layouts: &[KnownLayout]) -> Result<Vec<ValueAt>> {
+    fn value_locations(&self, r: u64, layouts: &[Arc<KnownLayout>]) -> Result<Vec<ValueAt>> {
         let (first, n) = (self.first_frame[r as usize], self.frame_counts[r as usize]);
         let mut frames_txn = self.frames_txn();
         if frames_txn.txn.is_none() {
             let env = self.env.env().clone();
             frames_txn.txn = Some(env.static_read_txn().map_err(lmdb_error)?);
-            frames_txn.pid = std::process::id();
         }
         let Some(txn) = &frames_txn.txn else {
             unreachable!("opened above")
@@ -767,7 +791,7 @@ impl RecordTxn<'_> {
         let mut blocks: BTreeMap<String, (Vec<u64>, Vec<String>)> = BTreeMap::new();
         let mut current: Vec<String> = Vec::new();
         let mut cells = Vec::new();
-        let mut layouts: Vec<KnownLayout> = Vec::new();
+        let mut layouts: Vec<Arc<KnownLayout>> = Vec::new();
         let mut previous_step = None;
         let mut has_time = None;
         let mut cell_defined = None;
@@ -822,13 +846,13 @@ impl RecordTxn<'_> {
                 let text = blocks_text(u.value).filter(|_| reusable);
                 if let Some(text) = text {
                     let known =
-                        |l: &KnownLayout| l.payload_len == u.payload.len() && *l.text == *text;
+                        |l: &Arc<KnownLayout>| l.payload_len == u.payload.len() && *l.text == *text;
                     if layouts.len() < KnownLayout::PER_RECORD && !layouts.iter().any(known) {
-                        layouts.push(KnownLayout {
-                            text: text.into(),
-                            payload_len: u.payload.len(),
-                            layout: Arc::new(layout),
-                        });
+                        let shared =
+                            self.reader
+                                .record_cache()
+                                .layout(text, u.payload.len(), || layout);
+                        layouts.push(shared);
                     }
                 }
             }

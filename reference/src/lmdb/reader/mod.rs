@@ -186,6 +186,16 @@ impl Reader {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Stops counting the file's pages this process went through in its
+    /// resident memory (Linux `madvise(MADV_DONTNEED)` over LMDB's map):
+    /// a shuffled reader touches pages all over the file, and they stay
+    /// mapped; a loader that wants its memory flat in the collection's
+    /// size calls this now and then. The page cache keeps the pages; every
+    /// view and transaction stays valid. Best effort.
+    pub fn release_mapped_pages(&self) {
+        super::release_file_pages(self.env.file());
+    }
+
     /// `n_atoms` of the binding's index, per record (no record decoded).
     pub fn atom_counts(&self) -> &[u64] {
         &self.atom_counts
