@@ -3,14 +3,16 @@
 //! Python as NumPy arrays in one go. `NativeReader`'s records and batches
 //! and the frames by ordinal (`frames.rs`) fill them.
 
-use crate::convert::{column_to_numpy, document_to_py, json_to_py, vec_to_numpy};
+use crate::convert::{column_to_numpy, document_to_py, json_to_py, objects_to_numpy, vec_to_numpy};
 use molrec::arrays::{StepSeries, TrajectoryArrays};
-use molrec::model::{Cell, ColumnData, Document, Frame};
+use molrec::lmdb::{FrameBlock, FrameColumn};
+use molrec::model::{Cell, ColumnData, Frame};
 use molrec::typed_json::MetaTag;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::{PyDict, PyList, PyString};
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 /// Default values of `n` elements of `data`'s dtype appended.
 pub(crate) fn pad_data(data: &mut ColumnData, n: usize) {
@@ -131,6 +133,25 @@ impl ColAcc {
     }
 }
 
+impl ColAcc {
+    /// A resolved frame's column appended, with its mask.
+    pub(crate) fn push_frame(&mut self, column: &FrameColumn<'_>) -> molrec::Result<()> {
+        let n = column.count() as usize;
+        column.append_to(&mut self.data)?;
+        match (column.mask()?, &mut self.validity) {
+            (Some(m), v) => {
+                let rows = self.rows;
+                v.get_or_insert_with(|| vec![true; rows])
+                    .extend_from_slice(&m);
+            }
+            (None, Some(v)) => v.resize(v.len() + n, true),
+            (None, None) => {}
+        }
+        self.rows += n;
+        Ok(())
+    }
+}
+
 /// A block through the frames of one record or a batch.
 #[derive(Default)]
 pub(crate) struct BlockAcc {
@@ -151,9 +172,81 @@ impl BlockAcc {
         }
     }
 
+    /// Whether some frame (or record) has the block.
+    pub(crate) fn any_present(&self) -> bool {
+        self.present.contains(&true)
+    }
+
     pub(crate) fn absent(&mut self, n: usize) {
         self.present.resize(self.present.len() + n, false);
         self.counts.resize(self.counts.len() + n, 0);
+    }
+
+    /// A system's block (its string columns left to the caller): rows
+    /// appended, the block's other columns padded.
+    pub(crate) fn push_model_block(&mut self, block: &molrec::model::Block) {
+        let count = block.count as usize;
+        self.present.push(true);
+        self.counts.push(count as i64);
+        for (col, column) in &block.columns {
+            if matches!(column.data, ColumnData::String(_)) {
+                continue;
+            }
+            if !self.columns.contains_key(col) {
+                let trailing = column.shape.get(1..).unwrap_or_default();
+                let c = ColAcc::new(column.dtype(), trailing, self.rows);
+                self.columns.insert(col.clone(), c);
+            }
+            if let Some(c) = self.columns.get_mut(col) {
+                c.push(&column.data, 0, count, column.validity.as_deref());
+            }
+        }
+        for c in self.columns.values_mut() {
+            // A column this system's block lacks.
+            if c.rows == self.rows {
+                c.pad(count);
+            }
+        }
+        self.rows += count;
+    }
+
+    /// One resolved frame's block (present or empty there), or `None`
+    /// where the block is absent.
+    pub(crate) fn push_frame(&mut self, block: Option<&FrameBlock<'_>>) -> molrec::Result<()> {
+        let Some(block) = block else {
+            self.absent(1);
+            return Ok(());
+        };
+        if self.structural_shape.is_none() {
+            self.structural_shape = block.structural_shape().map(<[u64]>::to_vec);
+        }
+        if self.targets.is_empty() {
+            if let Some(targets) = block.targets() {
+                self.targets = targets.clone();
+            }
+        }
+        let count = block.count() as usize;
+        self.present.push(true);
+        self.counts.push(count as i64);
+        for column in block.columns() {
+            let c = match self.columns.get_mut(column.name()) {
+                Some(c) => c,
+                None => self
+                    .columns
+                    .entry(column.name().to_string())
+                    .or_insert(ColAcc::new(column.dtype(), column.trailing(), self.rows)),
+            };
+            c.push_frame(&column)?;
+        }
+        for c in self.columns.values_mut() {
+            // A column this frame's block lacks (with no rows, padding
+            // them is nothing either way).
+            if c.rows == self.rows {
+                c.pad(count);
+            }
+        }
+        self.rows += count;
+        Ok(())
     }
 
     /// Converts to Python: flat rows and offsets, or stacked
@@ -210,6 +303,11 @@ pub(crate) struct CellAcc {
 }
 
 impl CellAcc {
+    /// Whether some frame (or record) has a cell.
+    pub(crate) fn any_present(&self) -> bool {
+        self.present.contains(&true)
+    }
+
     pub(crate) fn push(&mut self, cell: Option<&Cell>) {
         let c = cell.unwrap_or(&Cell::UNDEFINED);
         self.present.push(cell.is_some());
@@ -516,90 +614,195 @@ impl Acc {
     }
 }
 
-/// The systems of a batch's records, concatenated per block.
+/// Systems (a batch's records', or the records of frames), concatenated
+/// per block when handed to Python. They are kept shared until then: a
+/// string column becomes Python objects straight from the system's
+/// values, one object per distinct string (frames of one record would
+/// otherwise copy its names once per frame).
 #[derive(Default)]
 pub(crate) struct SystemAcc {
-    records: usize,
-    present: Vec<bool>,
-    meta: Vec<Document>,
-    meta_types: Vec<BTreeMap<String, MetaTag>>,
-    blocks: BTreeMap<String, BlockAcc>,
-    cell: CellAcc,
+    systems: Vec<Option<Arc<Frame>>>,
 }
 
 impl SystemAcc {
-    pub(crate) fn add(&mut self, system: Option<Frame>) {
-        let base = self.records;
-        self.records += 1;
-        self.present.push(system.is_some());
-        let Some(system) = system else {
-            self.meta.push(Document::new());
-            self.meta_types.push(BTreeMap::new());
-            for acc in self.blocks.values_mut() {
-                acc.absent(1);
-            }
-            self.cell.push(None);
-            return;
-        };
-        self.meta.push(system.meta);
-        self.meta_types.push(system.meta_types);
-        self.cell.push(system.cell.as_ref());
-        for (name, block) in &system.blocks {
-            let acc = self
-                .blocks
-                .entry(name.clone())
-                .or_insert_with(|| BlockAcc::with_frames(base));
-            let count = block.count as usize;
-            acc.present.push(true);
-            acc.counts.push(count as i64);
-            for (col, column) in &block.columns {
-                let rows_before = acc.rows;
-                let trailing = column.shape.get(1..).unwrap_or_default();
-                let c = acc
-                    .columns
-                    .entry(col.clone())
-                    .or_insert_with(|| ColAcc::new(column.dtype(), trailing, rows_before));
-                let mask = column.validity.as_deref();
-                c.push(&column.data, 0, count, mask);
-            }
-            for (col, c) in acc.columns.iter_mut() {
-                if !block.columns.contains_key(col) {
-                    c.pad(count);
-                }
-            }
-            acc.rows += count;
-        }
-        for (name, acc) in self.blocks.iter_mut() {
-            if !system.blocks.contains_key(name) {
-                acc.absent(1);
-            }
-        }
+    pub(crate) fn add(&mut self, system: Option<Arc<Frame>>) {
+        self.systems.push(system);
     }
 
     pub(crate) fn into_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let systems = &self.systems;
         let d = PyDict::new(py);
-        d.set_item("present", vec_to_numpy(py, self.present))?;
+        let present: Vec<bool> = systems.iter().map(Option::is_some).collect();
+        d.set_item("present", vec_to_numpy(py, present))?;
         let (meta, types) = (PyList::empty(py), PyList::empty(py));
-        for (m, t) in self.meta.iter().zip(&self.meta_types) {
-            meta.append(document_to_py(py, m)?)?;
+        let mut cell = CellAcc::default();
+        for system in systems {
+            let Some(system) = system else {
+                meta.append(PyDict::new(py))?;
+                types.append(PyDict::new(py))?;
+                cell.push(None);
+                continue;
+            };
+            meta.append(document_to_py(py, &system.meta)?)?;
             let td = PyDict::new(py);
-            for (k, tag) in t {
+            for (k, tag) in &system.meta_types {
                 td.set_item(k, tag.name())?;
             }
             types.append(td)?;
+            cell.push(system.cell.as_ref());
         }
         d.set_item("meta", meta)?;
         d.set_item("meta_types", types)?;
+        let names: std::collections::BTreeSet<&str> = systems
+            .iter()
+            .flatten()
+            .flat_map(|s| s.blocks.keys().map(String::as_str))
+            .collect();
+        let mut strings = Interned::default();
         let blocks = PyDict::new(py);
-        for (name, acc) in self.blocks {
-            blocks.set_item(&name, acc.into_py(py, false)?)?;
+        for name in names {
+            let mut acc = BlockAcc::default();
+            let mut text: BTreeMap<&str, StringColumn> = BTreeMap::new();
+            for block in systems
+                .iter()
+                .map(|s| s.as_ref().and_then(|s| s.blocks.get(name)))
+            {
+                let Some(block) = block else {
+                    acc.absent(1);
+                    continue;
+                };
+                let count = block.count as usize;
+                for (col, column) in &block.columns {
+                    if let ColumnData::String(values) = &column.data {
+                        let trailing = column.shape.get(1..).unwrap_or_default();
+                        let c = text
+                            .entry(col)
+                            .or_insert_with(|| StringColumn::new(py, trailing, acc.rows));
+                        c.push(py, &mut strings, values, column.validity.as_deref(), count);
+                    }
+                }
+                for c in text.values_mut() {
+                    // A string column this system's block lacks.
+                    if c.rows == acc.rows {
+                        c.pad(py, count);
+                    }
+                }
+                acc.push_model_block(block);
+            }
+            let out = acc.into_py(py, false)?;
+            let (Some(columns), Some(validity)) =
+                (out.get_item("columns")?, out.get_item("validity")?)
+            else {
+                unreachable!("BlockAcc::into_py sets both")
+            };
+            for (col, c) in text {
+                c.into_py(py, &columns, &validity, col)?;
+            }
+            blocks.set_item(name, out)?;
         }
         d.set_item("blocks", blocks)?;
-        if self.cell.present.iter().any(|&p| p) {
-            d.set_item("cell", self.cell.into_py(py)?)?;
+        if cell.any_present() {
+            d.set_item("cell", cell.into_py(py)?)?;
         } else {
             d.set_item("cell", py.None())?;
         }
         Ok(d)
+    }
+}
+
+/// One Python string per distinct value.
+#[derive(Default)]
+struct Interned<'a> {
+    made: HashMap<&'a str, Py<PyAny>>,
+}
+
+impl<'a> Interned<'a> {
+    fn get(&mut self, py: Python<'_>, s: &'a str) -> Py<PyAny> {
+        self.made
+            .entry(s)
+            .or_insert_with(|| PyString::new(py, s).into_any().unbind())
+            .clone_ref(py)
+    }
+}
+
+/// A string column of systems, as Python objects.
+struct StringColumn {
+    trailing: Vec<u64>,
+    values: Vec<Py<PyAny>>,
+    validity: Option<Vec<bool>>,
+    rows: usize,
+}
+
+impl StringColumn {
+    /// A column first met after `rows_before` rows of its block (invalid
+    /// empty strings there).
+    fn new(py: Python<'_>, trailing: &[u64], rows_before: usize) -> StringColumn {
+        let mut c = StringColumn {
+            trailing: trailing.to_vec(),
+            values: Vec::new(),
+            validity: None,
+            rows: 0,
+        };
+        c.pad(py, rows_before);
+        c
+    }
+
+    fn width(&self) -> usize {
+        self.trailing.iter().map(|&t| t as usize).product()
+    }
+
+    fn push<'a>(
+        &mut self,
+        py: Python<'_>,
+        strings: &mut Interned<'a>,
+        values: &'a [String],
+        mask: Option<&[bool]>,
+        count: usize,
+    ) {
+        for s in values {
+            self.values.push(strings.get(py, s));
+        }
+        match (mask, &mut self.validity) {
+            (Some(m), v) => {
+                let rows = self.rows;
+                v.get_or_insert_with(|| vec![true; rows])
+                    .extend_from_slice(m)
+            }
+            (None, Some(v)) => v.resize(self.rows + count, true),
+            (None, None) => {}
+        }
+        self.rows += count;
+    }
+
+    /// `n` rows of invalid empty strings (a system whose block lacks it).
+    fn pad(&mut self, py: Python<'_>, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let empty = PyString::new(py, "").into_any().unbind();
+        for _ in 0..n * self.width() {
+            self.values.push(empty.clone_ref(py));
+        }
+        let rows = self.rows;
+        self.validity
+            .get_or_insert_with(|| vec![true; rows])
+            .resize(rows + n, false);
+        self.rows += n;
+    }
+
+    fn into_py<'py>(
+        self,
+        py: Python<'py>,
+        columns: &Bound<'py, PyAny>,
+        validity: &Bound<'py, PyAny>,
+        name: &str,
+    ) -> PyResult<()> {
+        let mut shape = vec![self.rows];
+        shape.extend(self.trailing.iter().map(|&t| t as usize));
+        columns.set_item(name, objects_to_numpy(py, self.values, &shape)?)?;
+        if let Some(v) = self.validity.filter(|v| !v.iter().all(|&b| b)) {
+            validity.set_item(name, vec_to_numpy(py, v))?;
+        }
+        Ok(())
     }
 }

@@ -19,6 +19,8 @@
 
 use crate::acc::{Acc, SystemAcc};
 use crate::convert::{column_to_numpy, document_to_py, json_to_py, vec_to_numpy};
+use crate::frames::FramesAcc;
+use crate::structures::{GatherError, Plan, StructuresAcc};
 use crate::{guard, internal_error, to_py_err, without_gil};
 use molrec::arrays::RecordArrays;
 use molrec::lmdb::Reader;
@@ -37,6 +39,48 @@ struct Slot {
     pid: u32,
     path: PathBuf,
     reader: RwLock<Option<Reader>>,
+    pages: PageWatch,
+}
+
+/// Keeps a reader's resident memory bounded whatever the collection's
+/// size: a shuffled loader touches pages all over the file, which stay
+/// mapped (in large folios, so the resident size grows faster than the
+/// bytes read). Every few reads it looks at the resident size, and past
+/// `budget` bytes above the last look it gives the file's mapped pages
+/// back (`Reader::release_mapped_pages`; the page cache keeps them, and
+/// the next read of a page maps it again: a minor fault, some
+/// microseconds). `budget` 0: never.
+#[derive(Default)]
+struct PageWatch {
+    budget: u64,
+    reads: std::sync::atomic::AtomicU32,
+    base: std::sync::atomic::AtomicU64,
+}
+
+impl PageWatch {
+    const EVERY: u32 = 4;
+
+    fn after_read(&self, reader: &Reader) {
+        if self.budget == 0 || self.reads.fetch_add(1, Ordering::Relaxed) % Self::EVERY != 0 {
+            return;
+        }
+        let Some(now) = resident_bytes() else { return };
+        let base = self.base.load(Ordering::Relaxed);
+        if base == 0 || now < base {
+            self.base.store(now, Ordering::Relaxed);
+        } else if now > base + self.budget {
+            reader.release_mapped_pages();
+            self.base
+                .store(resident_bytes().unwrap_or(now), Ordering::Relaxed);
+        }
+    }
+}
+
+/// This process's resident bytes (`/proc/self/statm`; `None` elsewhere).
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_ascii_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
 }
 
 /// Every reader opened in this process (weakly: a dropped one is gone).
@@ -115,7 +159,11 @@ impl NativeReader {
         }
         let out = without_gil(py, || {
             let guard = slot.reader.read().unwrap_or_else(PoisonError::into_inner);
-            guard.as_ref().map(f)
+            let out = guard.as_ref().map(f);
+            if let Some(reader) = guard.as_ref() {
+                slot.pages.after_read(reader);
+            }
+            out
         })
         .map_err(|m| internal_error(&m))?;
         match out {
@@ -131,9 +179,16 @@ impl NativeReader {
 #[pymethods]
 impl NativeReader {
     /// Opens `path`; `checked` runs the page check first (a file from
-    /// elsewhere).
+    /// elsewhere); `map_budget`: bytes of the file's pages this reader
+    /// keeps mapped before it gives them back (0: never).
     #[new]
-    fn new(py: Python<'_>, path: PathBuf, checked: bool) -> PyResult<NativeReader> {
+    #[pyo3(signature = (path, checked, map_budget=0))]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        checked: bool,
+        map_budget: u64,
+    ) -> PyResult<NativeReader> {
         guard(|| {
             if FORK_LEFTOVER.load(Ordering::SeqCst) {
                 return Err(PyRuntimeError::new_err(
@@ -156,6 +211,10 @@ impl NativeReader {
                 pid: std::process::id(),
                 path,
                 reader: RwLock::new(Some(reader)),
+                pages: PageWatch {
+                    budget: map_budget,
+                    ..PageWatch::default()
+                },
             });
             let mut live = LIVE.lock().unwrap_or_else(PoisonError::into_inner);
             live.retain(|w| w.strong_count() > 0);
@@ -288,6 +347,105 @@ impl NativeReader {
         })
     }
 
+    /// Frames `js` by global ordinal, in one read transaction (see the
+    /// package's documentation for the layout).
+    #[pyo3(signature = (js, system=false, record_meta=false))]
+    fn frames<'py>(
+        &self,
+        py: Python<'py>,
+        js: Vec<i64>,
+        system: bool,
+        record_meta: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        guard(|| {
+            let js = self.check_frames(&js)?;
+            let acc = self.detached(py, move |reader| {
+                FramesAcc::read(reader, &js, system, record_meta)
+            })?;
+            acc.into_py(py)
+        })
+    }
+
+    /// Frames `js` gathered into one batch of structures by `plan` (see
+    /// `mrec.Structures`).
+    fn structures<'py>(
+        &self,
+        py: Python<'py>,
+        js: Vec<i64>,
+        plan: &Plan,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        guard(|| {
+            let plan = Arc::clone(&plan.outputs);
+            let js = self.check_frames(&js)?;
+            let out =
+                self.detached(py, move |reader| Ok(StructuresAcc::read(reader, &js, plan)))?;
+            self.gathered(py, out, false)
+        })
+    }
+
+    /// Frame `j` as one structure by `plan`, per-structure values without
+    /// the leading axis (what `Structures.get_atoms` builds an `Atoms` of).
+    /// Read holding the GIL: one structure is read faster than the GIL is
+    /// let go and taken back.
+    fn structure<'py>(&self, py: Python<'py>, j: i64, plan: &Plan) -> PyResult<Bound<'py, PyDict>> {
+        guard(|| {
+            let plan = Arc::clone(&plan.outputs);
+            let out = self.with(|reader| {
+                let n = reader.n_frames() as i64;
+                let i = if j < 0 { j + n } else { j };
+                Ok((0..n)
+                    .contains(&i)
+                    .then(|| StructuresAcc::read(reader, &[i as u64], plan)))
+            })?;
+            let out =
+                out.ok_or_else(|| PyIndexError::new_err(format!("frame {j} out of range")))?;
+            self.gathered(py, out, true)
+        })
+    }
+
+    /// The atoms of every frame (`natoms` of each structure), without
+    /// decoding one: `(counts, systems_read, records_walked)`. From the
+    /// index where it says (a record of at most one frame; a record whose
+    /// system has the `atoms` block, whose every trajectory update then has
+    /// its rows); else the record's headers are walked (`atoms` carried
+    /// forward, 0 where absent), and its system read first to know.
+    fn frame_atoms<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, u64, u64)> {
+        guard(|| {
+            let (counts, systems, walked) = self.detached(py, |reader| {
+                let txn = reader.txn()?;
+                let mut counts = Vec::with_capacity(reader.n_frames() as usize);
+                let (mut systems, mut walked) = (0u64, 0u64);
+                for r in 0..reader.n_records() {
+                    let n = reader.record_frames(r).unwrap_or(0);
+                    let atoms = reader.atom_counts()[r as usize] as i64;
+                    if n <= 1 {
+                        counts.extend(std::iter::repeat(atoms).take(n as usize));
+                        continue;
+                    }
+                    systems += 1;
+                    let in_system = txn
+                        .system(r)?
+                        .is_some_and(|s| s.blocks.contains_key("atoms"));
+                    if in_system {
+                        counts.extend(std::iter::repeat(atoms).take(n as usize));
+                        continue;
+                    }
+                    walked += 1;
+                    let mut now = 0i64;
+                    txn.for_each_frame(r, |view| {
+                        if let Some(b) = view.blocks.get("atoms") {
+                            now = b.count as i64;
+                        }
+                        counts.push(now);
+                        Ok(())
+                    })?;
+                }
+                Ok((counts, systems, walked))
+            })?;
+            Ok((vec_to_numpy(py, counts), systems, walked))
+        })
+    }
+
     /// Record `r` (see the package's documentation for its shape).
     fn record<'py>(&self, py: Python<'py>, r: i64) -> PyResult<Bound<'py, PyDict>> {
         guard(|| {
@@ -351,7 +509,7 @@ impl NativeReader {
                         trajectory,
                     } = record;
                     metas.push(meta);
-                    systems.add(system);
+                    systems.add(system.map(Arc::new));
                     match trajectory {
                         Some(t) => acc.add_trajectory(&t),
                         None => acc.add_empty(),
@@ -374,6 +532,40 @@ impl NativeReader {
 }
 
 impl NativeReader {
+    /// A gather as Python (`one`: a single structure's form), or its error.
+    fn gathered<'py>(
+        &self,
+        py: Python<'py>,
+        out: Result<StructuresAcc, GatherError>,
+        one: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        match out {
+            Ok(acc) if one => acc.into_py_one(py),
+            Ok(acc) => acc.into_py(py),
+            Err(GatherError::Read(e)) => Err(to_py_err(e, &self.slot.path)),
+            Err(GatherError::Missing(m)) => {
+                Err(m.into_py_err(py, &self.slot.path.display().to_string()))
+            }
+        }
+    }
+
+    /// Global frame ordinals, negative ones counted from the end; an
+    /// ordinal out of range is an `IndexError`.
+    fn check_frames(&self, js: &[i64]) -> PyResult<Vec<u64>> {
+        let n = self.with(|reader| Ok(reader.n_frames()))? as i64;
+        js.iter()
+            .map(|&j| {
+                let i = if j < 0 { j + n } else { j };
+                if i < 0 || i >= n {
+                    return Err(PyIndexError::new_err(format!(
+                        "frame {j} out of range: the collection has {n} frames"
+                    )));
+                }
+                Ok(i as u64)
+            })
+            .collect()
+    }
+
     fn check_index(&self, r: i64) -> PyResult<u64> {
         let n = self.with(|reader| Ok(reader.n_records()))? as i64;
         let i = if r < 0 { r + n } else { r };
