@@ -277,18 +277,6 @@ fn as_f64s(data: &ColumnData, out: &mut Vec<f64>) -> Option<()> {
     Some(())
 }
 
-/// Rows of `block` at `frame`: the trajectory's where present, else the
-/// system's, else 0.
-fn rows(frame: &ResolvedFrame<'_>, block: &str) -> u64 {
-    if let Some(b) = frame.block(block) {
-        return b.count();
-    }
-    frame
-        .system()
-        .and_then(|s| s.blocks.get(block))
-        .map_or(0, |b| b.count)
-}
-
 /// A number of a JSON value: a number, a bool (0 / 1), or typed JSON's
 /// "NaN" / "Infinity" / "-Infinity" / big-integer strings.
 fn number(value: &Value) -> Option<f64> {
@@ -413,7 +401,9 @@ impl StructuresAcc {
     }
 
     fn push(&mut self, frame: &ResolvedFrame<'_>, j: u64) -> Result<(), GatherError> {
-        let natoms = rows(frame, "atoms");
+        // The `atoms` block is looked up once for the outputs that read it.
+        let atoms = Place::of(frame, "atoms");
+        let natoms = atoms.rows();
         self.natoms.push(natoms as i64);
         self.ordinals.push(j as i64);
         self.records.push(frame.record as i64);
@@ -438,14 +428,17 @@ impl StructuresAcc {
                         lacking,
                     },
                 ) => {
-                    let n = rows(frame, block) as usize;
+                    let other;
+                    let at = if block == "atoms" {
+                        &atoms
+                    } else {
+                        other = Place::of(frame, block);
+                        &other
+                    };
+                    let n = at.rows() as usize;
                     if let Some(counts) = counts {
                         counts.push(n as i64);
                     }
-                    let at = Place {
-                        trajectory: frame.block(block),
-                        system: frame.system().and_then(|s| s.blocks.get(block.as_str())),
-                    };
                     let missing = columns.iter().find(|c| at.column(c).is_none());
                     if missing.is_some() {
                         *lacking += 1;
@@ -468,7 +461,7 @@ impl StructuresAcc {
                         cast: *cast,
                         fill: *fill,
                     };
-                    rows.gather(&at, columns, data, width, trailing, &mut self.scratch)
+                    rows.gather(at, columns, data, width, trailing, &mut self.scratch)
                         .map_err(|e| {
                             GatherError::Read(e.within(&format!("frames[{j}].blocks.{block}")))
                         })?;
@@ -652,6 +645,24 @@ struct Place<'a> {
 }
 
 impl<'a> Place<'a> {
+    /// Block `block` at `frame`.
+    fn of(frame: &'a ResolvedFrame<'_>, block: &str) -> Place<'a> {
+        Place {
+            trajectory: frame.block(block),
+            system: frame.system().and_then(|s| s.blocks.get(block)),
+        }
+    }
+
+    /// The block's rows: the trajectory's where present, else the
+    /// system's, else 0.
+    fn rows(&self) -> u64 {
+        match (&self.trajectory, self.system) {
+            (Some(b), _) => b.count(),
+            (None, Some(b)) => b.count,
+            (None, None) => 0,
+        }
+    }
+
     /// Column `name`: the trajectory's where its block is there and has
     /// it, else the system's.
     fn column(&self, name: &str) -> Option<Source<'a>> {

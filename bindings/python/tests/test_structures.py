@@ -150,8 +150,15 @@ def test_several_collections_are_one_dataset(imported: tuple, tmp_path: Path) ->
     assert bits(batch["energy"]) == bits([ds[i]["energy"] for i in order])
     assert bits(batch["forces"]) == bits(np.concatenate([ds[i]["forces"] for i in order]))
     assert list(batch["batch"]) == [s for s, w in enumerate(want) for _ in range(len(w))]
-    # A directory and a glob name the same files.
+    # A glob, a directory, and a FairChem-style config's `src` name files.
     assert len(mrec.Structures(str(tmp_path / "*.mrec.lmdb"))) == 30
+    assert len(mrec.Structures(tmp_path)) == 30
+    config = {"format": "mrec", "src": [str(out), str(second)], "a2g_args": {"r_energy": True}}
+    from_config = mrec.Structures.from_config(config)
+    assert len(from_config) == 230 and from_config.keys == ds.keys
+    assert bits(from_config.get_atoms(205).positions) == bits(source[5].positions)
+    with pytest.raises(KeyError, match="src"):
+        mrec.Structures.from_config({"format": "mrec"})
 
 
 @pytest.fixture(scope="module")

@@ -230,6 +230,18 @@ class Structures:
             1 for v in self._kinds.values() if v.endswith(".count")
         )
 
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> "Structures":
+        """The dataset a FairChem-style config names: ``src`` (a file, a
+        directory of ``*.mrec.lmdb``, a glob pattern, or a list of them,
+        where an ASE-LMDB config names ``*.aselmdb``), and optionally
+        ``keys``, ``extra``, ``tensors``, ``map_budget_mib``; other entries
+        (``a2g_args``, ``format``, ...) are the caller's."""
+        if "src" not in config:
+            raise KeyError("a dataset config names its files under 'src'")
+        options = {k: config[k] for k in ("keys", "extra", "tensors", "map_budget_mib") if k in config}
+        return cls(config["src"], **options)
+
     # -- what the collections hold -----------------------------------------
 
     @staticmethod
