@@ -107,6 +107,7 @@ def test_a_collated_batch_is_its_items_side_by_side(imported: tuple) -> None:
         assert bits(again[key]) == bits(value), key
     got = ds.__getitems__(order)
     assert len(got) == len(order) and bits(got[2]["pos"]) == bits(source[150].positions)
+    assert "batch" not in got[0] and "batch" not in ds[0]
 
 
 def test_get_atoms_is_what_ase_reads(imported: tuple) -> None:

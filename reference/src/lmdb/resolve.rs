@@ -537,7 +537,7 @@ impl<'s> Resolver<'s> {
 /// the block is declared, its count fits a declared structural shape, and
 /// a header restating the declaration's shape or targets states the
 /// declared ones. Paths relative to the block. Shared by the resolver and
-/// the reader of single frames (`RecordTxn::frame`).
+/// the reader of single frames (`Reader::frame`).
 pub(super) fn block_declaration<'s>(
     schema: &'s SequenceSchema,
     block: &LayoutBlock,

@@ -147,9 +147,11 @@ class Structures:
     ``source``: a path, a directory (its ``*.mrec.lmdb``), a glob pattern, a
     :class:`Collection`, or a list of them; structure ``i`` counts through
     them in order. ``keys``: the outputs (default: those of the mapping
-    the collections have: the schema's per-step columns and keys, the
-    ``atoms`` columns of the first records' systems, ``charge``/``spin``
-    when their meta has them); :data:`ALWAYS` are always there.
+    the collections have, judged from :data:`SAMPLE` records spread over
+    each: their ``atoms`` columns, per-step keys with a value,
+    ``charge``/``spin`` in their meta; and :data:`ASE_SYSTEM_DEFAULTS` for
+    a collection this package's importers wrote); :data:`ALWAYS` are
+    always there.
     ``extra``: outputs by molrec name, for what the mapping does not map:
     ``"atoms.<column>"`` (per atom), ``"<block>.<column>"`` (rows of another
     block, with ``"<block>.<column>.count"`` per structure),
@@ -653,6 +655,8 @@ class StructureBatch(Sequence):
         s = s % len(self)
         item: Dict[str, Any] = {}
         for key, value in self.arrays.items():
+            if key == "batch":  # the batch's, not a structure's
+                continue
             count = self._kinds.get(key)
             if count is None:
                 item[key] = value[s]

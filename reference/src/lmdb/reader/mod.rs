@@ -58,7 +58,7 @@ pub struct Reader {
     frame_counts: Vec<u64>,
     atom_counts: Vec<u64>,
     has_trajectory: Vec<bool>,
-    /// The update maps and systems of the records `RecordTxn::frame` met.
+    /// The entries (update maps, systems, ...) of the records `Reader::frame` met.
     record_cache: Mutex<RecordCache>,
 }
 
