@@ -42,6 +42,24 @@ def _passes(passes: int, run: Callable[[], int]) -> Tuple[float, Rates]:
     return first, rates
 
 
+def _alternated(
+    passes: int, a: Callable[[], int], b: Callable[[], int]
+) -> Tuple[Tuple[float, Rates], Tuple[float, Rates]]:
+    """`_passes` of `a` and of `b`, a pass of each in turn (each round's
+    ratio compares passes run under the same load)."""
+    firsts, rates = [], ([], [])
+    for run in (a, b):
+        start = time.perf_counter()
+        n = run()
+        firsts.append(n / (time.perf_counter() - start))
+    for _ in range(passes):
+        for run, out in ((a, rates[0]), (b, rates[1])):
+            start = time.perf_counter()
+            n = run()
+            out.append(n / (time.perf_counter() - start))
+    return (firsts[0], rates[0]), (firsts[1], rates[1])
+
+
 def _chunks(order: Sequence[int], n: int) -> List[List[int]]:
     return [list(order[i : i + n]) for i in range(0, len(order), n)]
 
@@ -238,7 +256,7 @@ def _carry_forward(lengths: Sequence[int], every: int) -> List[Tuple[int, float,
     return out
 
 
-def run(args: Any, c: mrec.Collection, batch_rate: float) -> List[str]:
+def run(args: Any, c: mrec.Collection) -> List[str]:
     """The figures, printed; returns the target lines."""
     global _POOL_DATASET
     n = c.n_frames
@@ -247,9 +265,24 @@ def run(args: Any, c: mrec.Collection, batch_rate: float) -> List[str]:
     rows: List[Tuple[str, float, Rates, str]] = []
 
     calls = _chunks(order, 256)
-    first, rates = _passes(args.passes, lambda: sum(len(c.frames(call)["frames"]) for call in calls))
+
+    def by_frames() -> int:
+        return sum(len(c.frames(call)["frames"]) for call in calls)
+
+    # Against c.batch of the same frames, pass for pass (the other side
+    # of each round's ratio), so that the machine's load moves both.
+    record_order = list(range(len(c)))
+    random.Random(args.seed).shuffle(record_order)
+    record_batches = _chunks(record_order, args.batch)
+
+    def by_records() -> int:
+        return sum(int(c.batch(b)["trajectory"]["n_frames"]) for b in record_batches)
+
+    (first, rates), (_, batch_rates) = _alternated(args.passes, by_frames, by_records)
     frames_rate = statistics.median(rates)
-    rows.append(("c.frames(256), shuffled", first, rates, f"{frames_rate / batch_rate:.2f}x c.batch"))
+    frames_ratio = statistics.median(f / b for f, b in zip(rates, batch_rates))
+    rows.append(("c.frames(256), shuffled", first, rates, f"{frames_ratio:.2f}x c.batch"))
+    rows.append((f"c.batch({args.batch}), the same passes' rounds", float("nan"), batch_rates, ""))
     first, rates = _passes(
         args.passes, lambda: sum(len(c.frames(call, system=True)["frames"]) for call in calls)
     )
@@ -279,19 +312,20 @@ def run(args: Any, c: mrec.Collection, batch_rate: float) -> List[str]:
     rows.append((f"ASE Atoms(...) + SinglePointCalculator, {len(atoms_sub)}", float("nan"), bare, ""))
     rows.append(("Structures.get_atoms(i)", float("nan"), ours, f"{atoms_ratio:.2f}x ASE's own"))
 
-    pool_rates: Dict[int, Rates] = {}
     groups = _chunks(batches, 4)
     _POOL_DATASET = ds
-    for workers in (1, 2):
-        with mp.get_context("fork").Pool(workers) as pool:
+    ctx = mp.get_context("fork")
+    with ctx.Pool(1) as one, ctx.Pool(2) as two:
+        for pool, workers in ((one, 1), (two, 2)):
             pool.map(_pool_read, groups[: workers * 2])  # started, each worker's reader open
-
-            def pooled() -> int:
-                return sum(pool.map(_pool_read, groups, chunksize=1))
-
-            _, pool_rates[workers] = _passes(args.passes, pooled)
+        (_, one_rates), (_, two_rates) = _alternated(
+            args.passes,
+            lambda: sum(one.map(_pool_read, groups, chunksize=1)),
+            lambda: sum(two.map(_pool_read, groups, chunksize=1)),
+        )
     _POOL_DATASET = None
-    pool_ratio = statistics.median(two / one for two, one in zip(pool_rates[2], pool_rates[1]))
+    pool_rates = {1: one_rates, 2: two_rates}
+    pool_ratio = statistics.median(t / o for t, o in zip(two_rates, one_rates))
     rows.append(("Structures(64) in pool(1), fork", float("nan"), pool_rates[1], ""))
     rows.append(("Structures(64) in pool(2), fork", float("nan"), pool_rates[2], f"{pool_ratio:.2f}x pool(1)"))
 
@@ -338,7 +372,7 @@ def run(args: Any, c: mrec.Collection, batch_rate: float) -> List[str]:
         for budget in budgets
     }
     for budget, (hwm, anon) in ratios.items():
-        print(f"4x / 1x the records, map budget {budget:g} MiB: VmHWM {hwm:.2f}x, peak anon {anon:.2f}x")
+        print(f"4x / 1x the records, map budget {budget:g} MiB: VmHWM {hwm:.3f}x, peak anon {anon:.3f}x")
 
     if args.carry_forward:
         print()
@@ -350,7 +384,7 @@ def run(args: Any, c: mrec.Collection, batch_rate: float) -> List[str]:
     check = lambda ok: "ok" if ok else "MISSED"  # noqa: E731
     targets = [
         f"c.frames(256) >= 700,000 frames/s: {check(frames_rate >= 700_000)} ({frames_rate:,.0f}); "
-        f">= 0.6x c.batch: {check(frames_rate >= 0.6 * batch_rate)} ({frames_rate / batch_rate:.2f}x)",
+        f">= 0.6x c.batch (each round's ratio): {check(frames_ratio >= 0.6)} ({frames_ratio:.2f}x)",
         f"Structures(64) >= 400,000 /s: {check(structures_rate >= 400_000)} ({structures_rate:,.0f}); "
         + (f">= 60x ASE-LMDB: {check(structures_rate >= 60 * ase_rate)} ({structures_rate / ase_rate:.0f}x); "
            if ase_rate else "ASE-LMDB peer missing; ")
@@ -359,8 +393,8 @@ def run(args: Any, c: mrec.Collection, batch_rate: float) -> List[str]:
         f"get_atoms >= 0.8x ASE's own construction: {check(atoms_ratio >= 0.8)} ({atoms_ratio:.2f}x)",
         f"pool(2) >= 1.6x pool(1): {check(pool_ratio >= 1.6)} ({pool_ratio:.2f}x)",
     ] + [
-        f"memory 4x / 1x <= 1.2x, map budget {budget:g} MiB: VmHWM {check(hwm <= 1.2)} ({hwm:.2f}x), "
-        f"peak anon {check(anon <= 1.2)} ({anon:.2f}x)"
+        f"memory 4x / 1x <= 1.2x, map budget {budget:g} MiB: VmHWM {check(hwm <= 1.2)} ({hwm:.3f}x), "
+        f"peak anon {check(anon <= 1.2)} ({anon:.3f}x)"
         for budget, (hwm, anon) in ratios.items()
     ]
     return targets

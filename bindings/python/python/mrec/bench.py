@@ -154,7 +154,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rust_json = _rust_owned(args.rust_json)
     print(f"mrec {mrec.__version__}: {args.file}: {len(c):,} records, {frames:,} frames, "
           f"{args.passes} passes (median, min, max), Python {sys.version.split()[0]}, "
-          f"{os.cpu_count()} CPUs")
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the end")
     print(f"{'figure (frames/s)':<42} {'median':>12} {'min':>12} {'max':>12} {'/ Rust (2)':>11}")
     for name, rates in rows:
         median = statistics.median(rates)
@@ -172,7 +172,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print("(Rust (2) is measured in this process, in the same passes' conditions: "
           "`record_arrays` of every record, nothing handed to Python)")
     if args.structures:
-        for line in _bench_frames.run(args, c, batch):
+        for line in _bench_frames.run(args, c):
             print(f"target: {line}")
     return 0
 
