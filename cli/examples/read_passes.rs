@@ -10,7 +10,10 @@
 //! `views` (`for_each_frame`, every f64 column read in place or copied),
 //! `system` (`RecordTxn::system` alone), `arrays2` (`arrays` on two threads,
 //! taking 64 records of the order at a time, as `mrec bench`'s (7)),
-//! `check` (`check_pages` of the file, `mrec bench`'s (8); counts pages).
+//! `check` (`check_pages` of the file, `mrec bench`'s (8); counts pages),
+//! `frames` (`Reader::frames` of every frame by its global ordinal, its
+//! columns copied out; with `shuffled`, the frames in one shuffled order,
+//! as `python -m mrec.bench` reads them).
 //! Records are read in index order, or with `shuffled` in one fixed
 //! shuffled order (as `mrec bench` reads them).
 
@@ -19,6 +22,7 @@
 static ALLOCATOR: mrec_cli::allocator::Mimalloc = mrec_cli::allocator::Mimalloc;
 
 use molrec::lmdb::{check_pages, Reader, RecordTxn};
+use molrec::model::ColumnData;
 use molrec::DType;
 use std::hint::black_box;
 use std::path::Path;
@@ -31,13 +35,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             [_, path, mode, passes] => (path, mode, passes, false),
             [_, path, mode, passes, order] if order == "shuffled" => (path, mode, passes, true),
             _ => return Err(
-                "usage: read_passes FILE arrays|arrays2|owned|views|system|check PASSES [shuffled]"
+                "usage: read_passes FILE arrays|arrays2|owned|views|system|check|frames PASSES \
+                 [shuffled]"
                     .into(),
             ),
         };
     let passes: u32 = passes.parse()?;
     let reader = Reader::open(Path::new(path))?;
-    let mut order: Vec<u64> = (0..reader.n_records()).collect();
+    let items = if mode == "frames" {
+        reader.n_frames()
+    } else {
+        reader.n_records()
+    };
+    let mut order: Vec<u64> = (0..items).collect();
     if shuffled {
         // Fisher-Yates with a fixed SplitMix64 stream: the same order every run.
         let mut state = 1u64;
@@ -79,6 +89,23 @@ fn one_thread_pass(
     scratch: &mut Vec<f64>,
 ) -> Result<u64, Box<dyn std::error::Error>> {
     let mut frames = 0u64;
+    if mode == "frames" {
+        // 256 ordinals a call, as `python -m mrec.bench` asks for them.
+        for chunk in order.chunks(256) {
+            reader.frames(chunk, |frame| {
+                for block in frame.blocks() {
+                    for column in block.columns() {
+                        let mut out = ColumnData::empty(column.dtype());
+                        column.append_to(&mut out)?;
+                        black_box(out);
+                    }
+                }
+                frames += 1;
+                Ok(())
+            })?;
+        }
+        return Ok(frames);
+    }
     for &r in order {
         match mode {
             "arrays" => {

@@ -123,15 +123,36 @@ fn py_to_json_at(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
     )))
 }
 
-fn ndarray<'py, T: numpy::Element>(
+fn ndarray<'py, T: numpy::Element + Copy>(
     py: Python<'py>,
     v: Vec<T>,
     shape: &[usize],
 ) -> PyResult<Bound<'py, PyAny>> {
+    // A small array is copied into memory NumPy owns: one Python object
+    // instead of two (an array over a Rust vector needs a capsule to free
+    // it), which is most of what a single structure's arrays cost.
+    if v.len() * std::mem::size_of::<T>() <= SMALL_ARRAY
+        && shape.iter().product::<usize>() == v.len()
+    {
+        // SAFETY: a new C-contiguous array of `shape`, not yet shared with
+        // any Python code; its elements (plain numbers or bools, `T: Copy`,
+        // never objects) are all written by the copy below before it is
+        // handed out.
+        let array = unsafe { PyArray::<T, IxDyn>::new(py, IxDyn(shape), false) };
+        // SAFETY: the array was just made C-contiguous and nothing else
+        // holds a reference to its data.
+        unsafe { array.as_slice_mut() }
+            .map_err(|e| PyValueError::new_err(format!("shape {shape:?}: {e}")))?
+            .copy_from_slice(&v);
+        return Ok(array.into_any());
+    }
     let array = Array::from_shape_vec(IxDyn(shape), v)
         .map_err(|e| PyValueError::new_err(format!("shape {shape:?}: {e}")))?;
     Ok(PyArray::from_owned_array(py, array).into_any())
 }
+
+/// Bytes up to which an array is copied rather than handed over.
+const SMALL_ARRAY: usize = 1 << 14;
 
 /// Column values as a NumPy array of `shape` (whose product is the number
 /// of values).
@@ -166,15 +187,33 @@ pub(crate) fn column_to_numpy<'py>(
             shape,
         ),
         ColumnData::String(v) => {
+            // Columns of strings mostly repeat a few values (element
+            // symbols, residue names): one Python object per distinct
+            // value, shared (str is immutable).
+            let mut made: std::collections::HashMap<&str, Py<PyAny>> =
+                std::collections::HashMap::new();
             let objects: Vec<Py<PyAny>> = v
                 .iter()
-                .map(|s| PyString::new(py, s).into_any().unbind())
+                .map(|s| {
+                    made.entry(s.as_str())
+                        .or_insert_with(|| PyString::new(py, s).into_any().unbind())
+                        .clone_ref(py)
+                })
                 .collect();
-            let array = Array::from_shape_vec(IxDyn(shape), objects)
-                .map_err(|e| PyValueError::new_err(format!("shape {shape:?}: {e}")))?;
-            Ok(PyArray::from_owned_object_array(py, array).into_any())
+            objects_to_numpy(py, objects, shape)
         }
     }
+}
+
+/// Python objects as a NumPy array of dtype `object` and `shape`.
+pub(crate) fn objects_to_numpy<'py>(
+    py: Python<'py>,
+    objects: Vec<Py<PyAny>>,
+    shape: &[usize],
+) -> PyResult<Bound<'py, PyAny>> {
+    let array = Array::from_shape_vec(IxDyn(shape), objects)
+        .map_err(|e| PyValueError::new_err(format!("shape {shape:?}: {e}")))?;
+    Ok(PyArray::from_owned_object_array(py, array).into_any())
 }
 
 /// A 1-D array of `v`.

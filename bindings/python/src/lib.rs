@@ -12,9 +12,12 @@
 //! `RuntimeError`), and every library error becomes one of `mrec`'s
 //! exceptions ([`to_py_err`]).
 
+mod acc;
 mod convert;
+mod frames;
 mod import;
 mod read;
+mod structures;
 mod write;
 
 use molrec::Error;
@@ -136,6 +139,7 @@ fn _panic_for_test(in_detached_thread: bool) -> PyResult<()> {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("VERSION", molrec::VERSION)?;
     m.add_class::<read::NativeReader>()?;
+    m.add_class::<structures::Plan>()?;
     m.add_class::<write::NativeWriter>()?;
     m.add_class::<import::NativeAseImport>()?;
     m.add("ASE_MAPPING", mrec_import::mapping::MAPPING_JSON)?;

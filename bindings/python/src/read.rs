@@ -17,19 +17,19 @@
 //! is a fresh environment. A reader also refuses any use from a process
 //! other than the one that opened it.
 
+use crate::acc::{Acc, SystemAcc};
 use crate::convert::{column_to_numpy, document_to_py, json_to_py, vec_to_numpy};
+use crate::frames::FramesAcc;
+use crate::structures::{GatherError, Plan, StructuresAcc};
 use crate::{guard, internal_error, to_py_err, without_gil};
-use molrec::arrays::{RecordArrays, StepSeries, TrajectoryArrays};
+use molrec::arrays::RecordArrays;
 use molrec::lmdb::Reader;
-use molrec::model::{Block, Cell, Column, ColumnData, Document, Frame};
+use molrec::model::{Block, Cell, Column, ColumnData, Frame};
 use molrec::model_json::{forcefield_to_json, schema_to_json};
-use molrec::typed_json::MetaTag;
 use molrec::Error;
 use pyo3::exceptions::{PyIndexError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use serde_json::Value;
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
@@ -39,6 +39,48 @@ struct Slot {
     pid: u32,
     path: PathBuf,
     reader: RwLock<Option<Reader>>,
+    pages: PageWatch,
+}
+
+/// Keeps a reader's resident memory bounded whatever the collection's
+/// size: a shuffled loader touches pages all over the file, which stay
+/// mapped (in large folios, so the resident size grows faster than the
+/// bytes read). Every few reads it looks at the resident size, and past
+/// `budget` bytes above the last look it gives the file's mapped pages
+/// back (`Reader::release_mapped_pages`; the page cache keeps them, and
+/// the next read of a page maps it again: a minor fault, some
+/// microseconds). `budget` 0: never.
+#[derive(Default)]
+struct PageWatch {
+    budget: u64,
+    reads: std::sync::atomic::AtomicU32,
+    base: std::sync::atomic::AtomicU64,
+}
+
+impl PageWatch {
+    const EVERY: u32 = 4;
+
+    fn after_read(&self, reader: &Reader) {
+        if self.budget == 0 || self.reads.fetch_add(1, Ordering::Relaxed) % Self::EVERY != 0 {
+            return;
+        }
+        let Some(now) = resident_bytes() else { return };
+        let base = self.base.load(Ordering::Relaxed);
+        if base == 0 || now < base {
+            self.base.store(now, Ordering::Relaxed);
+        } else if now > base + self.budget {
+            reader.release_mapped_pages();
+            self.base
+                .store(resident_bytes().unwrap_or(now), Ordering::Relaxed);
+        }
+    }
+}
+
+/// This process's resident bytes (`/proc/self/statm`; `None` elsewhere).
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_ascii_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
 }
 
 /// Every reader opened in this process (weakly: a dropped one is gone).
@@ -117,7 +159,11 @@ impl NativeReader {
         }
         let out = without_gil(py, || {
             let guard = slot.reader.read().unwrap_or_else(PoisonError::into_inner);
-            guard.as_ref().map(f)
+            let out = guard.as_ref().map(f);
+            if let Some(reader) = guard.as_ref() {
+                slot.pages.after_read(reader);
+            }
+            out
         })
         .map_err(|m| internal_error(&m))?;
         match out {
@@ -133,9 +179,16 @@ impl NativeReader {
 #[pymethods]
 impl NativeReader {
     /// Opens `path`; `checked` runs the page check first (a file from
-    /// elsewhere).
+    /// elsewhere); `map_budget`: bytes of the file's pages this reader
+    /// keeps mapped before it gives them back (0: never).
     #[new]
-    fn new(py: Python<'_>, path: PathBuf, checked: bool) -> PyResult<NativeReader> {
+    #[pyo3(signature = (path, checked, map_budget=0))]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        checked: bool,
+        map_budget: u64,
+    ) -> PyResult<NativeReader> {
         guard(|| {
             if FORK_LEFTOVER.load(Ordering::SeqCst) {
                 return Err(PyRuntimeError::new_err(
@@ -158,6 +211,10 @@ impl NativeReader {
                 pid: std::process::id(),
                 path,
                 reader: RwLock::new(Some(reader)),
+                pages: PageWatch {
+                    budget: map_budget,
+                    ..PageWatch::default()
+                },
             });
             let mut live = LIVE.lock().unwrap_or_else(PoisonError::into_inner);
             live.retain(|w| w.strong_count() > 0);
@@ -290,6 +347,105 @@ impl NativeReader {
         })
     }
 
+    /// Frames `js` by global ordinal, in one read transaction (see the
+    /// package's documentation for the layout).
+    #[pyo3(signature = (js, system=false, record_meta=false))]
+    fn frames<'py>(
+        &self,
+        py: Python<'py>,
+        js: Vec<i64>,
+        system: bool,
+        record_meta: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        guard(|| {
+            let js = self.check_frames(&js)?;
+            let acc = self.detached(py, move |reader| {
+                FramesAcc::read(reader, &js, system, record_meta)
+            })?;
+            acc.into_py(py)
+        })
+    }
+
+    /// Frames `js` gathered into one batch of structures by `plan` (see
+    /// `mrec.Structures`).
+    fn structures<'py>(
+        &self,
+        py: Python<'py>,
+        js: Vec<i64>,
+        plan: &Plan,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        guard(|| {
+            let plan = Arc::clone(&plan.outputs);
+            let js = self.check_frames(&js)?;
+            let out =
+                self.detached(py, move |reader| Ok(StructuresAcc::read(reader, &js, plan)))?;
+            self.gathered(py, out, false)
+        })
+    }
+
+    /// Frame `j` as one structure by `plan`, per-structure values without
+    /// the leading axis (what `Structures.get_atoms` builds an `Atoms` of).
+    /// Read holding the GIL: one structure is read faster than the GIL is
+    /// let go and taken back.
+    fn structure<'py>(&self, py: Python<'py>, j: i64, plan: &Plan) -> PyResult<Bound<'py, PyDict>> {
+        guard(|| {
+            let plan = Arc::clone(&plan.outputs);
+            let out = self.with(|reader| {
+                let n = reader.n_frames() as i64;
+                let i = if j < 0 { j + n } else { j };
+                Ok((0..n)
+                    .contains(&i)
+                    .then(|| StructuresAcc::read(reader, &[i as u64], plan)))
+            })?;
+            let out =
+                out.ok_or_else(|| PyIndexError::new_err(format!("frame {j} out of range")))?;
+            self.gathered(py, out, true)
+        })
+    }
+
+    /// The atoms of every frame (`natoms` of each structure), without
+    /// decoding one: `(counts, systems_read, records_walked)`. From the
+    /// index where it says (a record of at most one frame; a record whose
+    /// system has the `atoms` block, whose every trajectory update then has
+    /// its rows); else the record's headers are walked (`atoms` carried
+    /// forward, 0 where absent), and its system read first to know.
+    fn frame_atoms<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, u64, u64)> {
+        guard(|| {
+            let (counts, systems, walked) = self.detached(py, |reader| {
+                let txn = reader.txn()?;
+                let mut counts = Vec::with_capacity(reader.n_frames() as usize);
+                let (mut systems, mut walked) = (0u64, 0u64);
+                for r in 0..reader.n_records() {
+                    let n = reader.record_frames(r).unwrap_or(0);
+                    let atoms = reader.atom_counts()[r as usize] as i64;
+                    if n <= 1 {
+                        counts.extend(std::iter::repeat(atoms).take(n as usize));
+                        continue;
+                    }
+                    systems += 1;
+                    let in_system = txn
+                        .system(r)?
+                        .is_some_and(|s| s.blocks.contains_key("atoms"));
+                    if in_system {
+                        counts.extend(std::iter::repeat(atoms).take(n as usize));
+                        continue;
+                    }
+                    walked += 1;
+                    let mut now = 0i64;
+                    txn.for_each_frame(r, |view| {
+                        if let Some(b) = view.blocks.get("atoms") {
+                            now = b.count as i64;
+                        }
+                        counts.push(now);
+                        Ok(())
+                    })?;
+                }
+                Ok((counts, systems, walked))
+            })?;
+            Ok((vec_to_numpy(py, counts), systems, walked))
+        })
+    }
+
     /// Record `r` (see the package's documentation for its shape).
     fn record<'py>(&self, py: Python<'py>, r: i64) -> PyResult<Bound<'py, PyDict>> {
         guard(|| {
@@ -353,7 +509,7 @@ impl NativeReader {
                         trajectory,
                     } = record;
                     metas.push(meta);
-                    systems.add(system);
+                    systems.add(system.map(Arc::new));
                     match trajectory {
                         Some(t) => acc.add_trajectory(&t),
                         None => acc.add_empty(),
@@ -376,6 +532,40 @@ impl NativeReader {
 }
 
 impl NativeReader {
+    /// A gather as Python (`one`: a single structure's form), or its error.
+    fn gathered<'py>(
+        &self,
+        py: Python<'py>,
+        out: Result<StructuresAcc, GatherError>,
+        one: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        match out {
+            Ok(acc) if one => acc.into_py_one(py),
+            Ok(acc) => acc.into_py(py),
+            Err(GatherError::Read(e)) => Err(to_py_err(e, &self.slot.path)),
+            Err(GatherError::Missing(m)) => {
+                Err(m.into_py_err(py, &self.slot.path.display().to_string()))
+            }
+        }
+    }
+
+    /// Global frame ordinals, negative ones counted from the end; an
+    /// ordinal out of range is an `IndexError`.
+    fn check_frames(&self, js: &[i64]) -> PyResult<Vec<u64>> {
+        let n = self.with(|reader| Ok(reader.n_frames()))? as i64;
+        js.iter()
+            .map(|&j| {
+                let i = if j < 0 { j + n } else { j };
+                if i < 0 || i >= n {
+                    return Err(PyIndexError::new_err(format!(
+                        "frame {j} out of range: the collection has {n} frames"
+                    )));
+                }
+                Ok(i as u64)
+            })
+            .collect()
+    }
+
     fn check_index(&self, r: i64) -> PyResult<u64> {
         let n = self.with(|reader| Ok(reader.n_records()))? as i64;
         let i = if r < 0 { r + n } else { r };
@@ -455,582 +645,4 @@ fn system_to_py<'py>(py: Python<'py>, system: Frame) -> PyResult<Bound<'py, PyDi
         None => d.set_item("cell", py.None())?,
     }
     Ok(d)
-}
-
-/// Default values of `n` elements of `data`'s dtype appended.
-fn pad_data(data: &mut ColumnData, n: usize) {
-    match data {
-        ColumnData::F64(v) => v.resize(v.len() + n, 0.0),
-        ColumnData::I8(v) => v.resize(v.len() + n, 0),
-        ColumnData::I16(v) => v.resize(v.len() + n, 0),
-        ColumnData::I32(v) => v.resize(v.len() + n, 0),
-        ColumnData::I64(v) => v.resize(v.len() + n, 0),
-        ColumnData::U8(v) => v.resize(v.len() + n, 0),
-        ColumnData::U16(v) => v.resize(v.len() + n, 0),
-        ColumnData::U32(v) => v.resize(v.len() + n, 0),
-        ColumnData::U64(v) => v.resize(v.len() + n, 0),
-        ColumnData::Bool(v) => v.resize(v.len() + n, false),
-        ColumnData::String(v) => v.resize(v.len() + n, String::new()),
-        ColumnData::C64(v) => v.resize(v.len() + n, [0.0; 2]),
-        ColumnData::C128(v) => v.resize(v.len() + n, [0.0; 2]),
-    }
-}
-
-/// Capacity for `n` more elements.
-fn reserve_data(data: &mut ColumnData, n: usize) {
-    match data {
-        ColumnData::F64(v) => v.reserve_exact(n),
-        ColumnData::I8(v) => v.reserve_exact(n),
-        ColumnData::I16(v) => v.reserve_exact(n),
-        ColumnData::I32(v) => v.reserve_exact(n),
-        ColumnData::I64(v) => v.reserve_exact(n),
-        ColumnData::U8(v) => v.reserve_exact(n),
-        ColumnData::U16(v) => v.reserve_exact(n),
-        ColumnData::U32(v) => v.reserve_exact(n),
-        ColumnData::U64(v) => v.reserve_exact(n),
-        ColumnData::Bool(v) => v.reserve_exact(n),
-        ColumnData::String(v) => v.reserve_exact(n),
-        ColumnData::C64(v) => v.reserve_exact(n),
-        ColumnData::C128(v) => v.reserve_exact(n),
-    }
-}
-
-/// Elements `range` of `src` appended to `dst` (same dtype; a different
-/// one appends defaults, which the schema's one declaration rules out).
-fn extend_data(dst: &mut ColumnData, src: &ColumnData, range: std::ops::Range<usize>) {
-    let n = range.len();
-    match (dst, src) {
-        (ColumnData::F64(d), ColumnData::F64(s)) => d.extend_from_slice(&s[range]),
-        (ColumnData::I8(d), ColumnData::I8(s)) => d.extend_from_slice(&s[range]),
-        (ColumnData::I16(d), ColumnData::I16(s)) => d.extend_from_slice(&s[range]),
-        (ColumnData::I32(d), ColumnData::I32(s)) => d.extend_from_slice(&s[range]),
-        (ColumnData::I64(d), ColumnData::I64(s)) => d.extend_from_slice(&s[range]),
-        (ColumnData::U8(d), ColumnData::U8(s)) => d.extend_from_slice(&s[range]),
-        (ColumnData::U16(d), ColumnData::U16(s)) => d.extend_from_slice(&s[range]),
-        (ColumnData::U32(d), ColumnData::U32(s)) => d.extend_from_slice(&s[range]),
-        (ColumnData::U64(d), ColumnData::U64(s)) => d.extend_from_slice(&s[range]),
-        (ColumnData::Bool(d), ColumnData::Bool(s)) => d.extend_from_slice(&s[range]),
-        (ColumnData::String(d), ColumnData::String(s)) => d.extend_from_slice(&s[range]),
-        (ColumnData::C64(d), ColumnData::C64(s)) => d.extend_from_slice(&s[range]),
-        (ColumnData::C128(d), ColumnData::C128(s)) => d.extend_from_slice(&s[range]),
-        (d, _) => pad_data(d, n),
-    }
-}
-
-/// One column's rows, concatenated.
-struct ColAcc {
-    trailing: Vec<u64>,
-    width: usize,
-    data: ColumnData,
-    /// One bool per row, once some row is not valid.
-    validity: Option<Vec<bool>>,
-    rows: usize,
-}
-
-impl ColAcc {
-    fn new(dtype: molrec::DType, trailing: &[u64], rows_before: usize) -> ColAcc {
-        let width = trailing.iter().map(|&d| d as usize).product();
-        let mut c = ColAcc {
-            trailing: trailing.to_vec(),
-            width,
-            data: ColumnData::empty(dtype),
-            validity: None,
-            rows: 0,
-        };
-        c.pad(rows_before);
-        c
-    }
-
-    /// `n` rows of defaults, not valid (a column the block's update lacks).
-    fn pad(&mut self, n: usize) {
-        if n == 0 {
-            return;
-        }
-        pad_data(&mut self.data, n * self.width);
-        let rows = self.rows;
-        self.validity
-            .get_or_insert_with(|| vec![true; rows])
-            .resize(rows + n, false);
-        self.rows += n;
-    }
-
-    /// `n` rows of `data` from element `start`, with `mask` (None: valid).
-    fn push(&mut self, data: &ColumnData, start: usize, n: usize, mask: Option<&[bool]>) {
-        extend_data(&mut self.data, data, start..start + n * self.width);
-        match (mask, &mut self.validity) {
-            (Some(m), v) => {
-                let rows = self.rows;
-                v.get_or_insert_with(|| vec![true; rows])
-                    .extend_from_slice(m);
-            }
-            (None, Some(v)) => v.resize(v.len() + n, true),
-            (None, None) => {}
-        }
-        self.rows += n;
-    }
-}
-
-/// A block through the frames of one record or a batch.
-#[derive(Default)]
-struct BlockAcc {
-    present: Vec<bool>,
-    counts: Vec<i64>,
-    rows: usize,
-    columns: BTreeMap<String, ColAcc>,
-    structural_shape: Option<Vec<u64>>,
-    targets: BTreeMap<String, String>,
-}
-
-impl BlockAcc {
-    fn with_frames(n: usize) -> BlockAcc {
-        BlockAcc {
-            present: vec![false; n],
-            counts: vec![0; n],
-            ..BlockAcc::default()
-        }
-    }
-
-    fn absent(&mut self, n: usize) {
-        self.present.resize(self.present.len() + n, false);
-        self.counts.resize(self.counts.len() + n, 0);
-    }
-
-    /// Converts to Python: flat rows and offsets, or stacked
-    /// `(frames, rows, ...)` when `stack` and every frame has the same rows.
-    fn into_py<'py>(self, py: Python<'py>, stack: bool) -> PyResult<Bound<'py, PyDict>> {
-        let n = self.present.len();
-        let stacked = stack
-            && n > 0
-            && self.present.iter().all(|&p| p)
-            && self.counts.iter().all(|&c| c == self.counts[0]);
-        let d = PyDict::new(py);
-        if !stacked {
-            let mut offsets = Vec::with_capacity(n + 1);
-            let mut sum = 0i64;
-            offsets.push(0);
-            for &c in &self.counts {
-                sum += c;
-                offsets.push(sum);
-            }
-            d.set_item("offsets", vec_to_numpy(py, offsets))?;
-        }
-        let lead: Vec<usize> = if stacked {
-            vec![n, self.counts[0] as usize]
-        } else {
-            vec![self.rows]
-        };
-        let (columns, validity) = (PyDict::new(py), PyDict::new(py));
-        for (name, c) in self.columns {
-            let mut shape = lead.clone();
-            shape.extend(c.trailing.iter().map(|&t| t as usize));
-            columns.set_item(&name, column_to_numpy(py, c.data, &shape)?)?;
-            if let Some(v) = c.validity.filter(|v| !v.iter().all(|&b| b)) {
-                validity.set_item(&name, column_to_numpy(py, ColumnData::Bool(v), &lead)?)?;
-            }
-        }
-        d.set_item("present", vec_to_numpy(py, self.present))?;
-        d.set_item("count", vec_to_numpy(py, self.counts))?;
-        d.set_item("columns", columns)?;
-        d.set_item("validity", validity)?;
-        d.set_item("structural_shape", self.structural_shape)?;
-        d.set_item("targets", self.targets.into_pyobject(py)?)?;
-        Ok(d)
-    }
-}
-
-/// Cells through the frames (or through a batch's records).
-#[derive(Default)]
-struct CellAcc {
-    present: Vec<bool>,
-    vectors: Vec<f64>,
-    origin: Vec<f64>,
-    boundary: Vec<bool>,
-    defined: Vec<bool>,
-}
-
-impl CellAcc {
-    fn push(&mut self, cell: Option<&Cell>) {
-        let c = cell.unwrap_or(&Cell::UNDEFINED);
-        self.present.push(cell.is_some());
-        self.vectors.extend_from_slice(&c.vectors);
-        self.origin.extend_from_slice(&c.origin);
-        self.boundary.extend_from_slice(&c.boundary);
-        self.defined.push(c.defined);
-    }
-
-    fn into_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let n = self.present.len();
-        let d = PyDict::new(py);
-        d.set_item("present", vec_to_numpy(py, self.present))?;
-        d.set_item(
-            "vectors",
-            column_to_numpy(py, ColumnData::F64(self.vectors), &[n, 3, 3])?,
-        )?;
-        d.set_item(
-            "origin",
-            column_to_numpy(py, ColumnData::F64(self.origin), &[n, 3])?,
-        )?;
-        d.set_item(
-            "boundary",
-            column_to_numpy(py, ColumnData::Bool(self.boundary), &[n, 3])?,
-        )?;
-        d.set_item("defined", vec_to_numpy(py, self.defined))?;
-        Ok(d)
-    }
-}
-
-/// One per-step key through the frames.
-enum MetaAcc {
-    Typed {
-        tag: MetaTag,
-        width: usize,
-        values: ColumnData,
-    },
-    Json(Vec<Value>),
-}
-
-impl MetaAcc {
-    fn new(series: &StepSeries) -> MetaAcc {
-        match series {
-            StepSeries::Typed { tag, values } => MetaAcc::Typed {
-                tag: *tag,
-                width: tag.shape().1.unwrap_or(1),
-                values: ColumnData::empty(values.dtype()),
-            },
-            StepSeries::Json(_) => MetaAcc::Json(Vec::new()),
-        }
-    }
-
-    fn pad(&mut self, n: usize) {
-        match self {
-            MetaAcc::Typed { width, values, .. } => pad_data(values, n * *width),
-            MetaAcc::Json(v) => v.resize(v.len() + n, Value::Null),
-        }
-    }
-
-    fn push(&mut self, series: &StepSeries, n: usize) {
-        match (self, series) {
-            (MetaAcc::Typed { values, .. }, StepSeries::Typed { values: src, .. }) => {
-                extend_data(values, src, 0..src.len())
-            }
-            (MetaAcc::Json(v), StepSeries::Json(src)) => v.extend_from_slice(src),
-            (other, _) => other.pad(n),
-        }
-    }
-
-    fn into_py<'py>(self, py: Python<'py>, frames: usize) -> PyResult<Bound<'py, PyAny>> {
-        match self {
-            MetaAcc::Typed { tag, width, values } => {
-                let shape: Vec<usize> = if tag.shape().1.is_some() {
-                    vec![frames, width]
-                } else {
-                    vec![frames]
-                };
-                column_to_numpy(py, values, &shape)
-            }
-            MetaAcc::Json(values) => {
-                let list = PyList::empty(py);
-                for v in &values {
-                    list.append(json_to_py(py, v)?)?;
-                }
-                Ok(list.into_any())
-            }
-        }
-    }
-}
-
-/// Trajectories resolved frame by frame into flat buffers: one record's,
-/// or a batch's one after the other.
-#[derive(Default)]
-struct Acc {
-    frames: usize,
-    frame_offsets: Vec<i64>,
-    steps: Vec<i64>,
-    times: Option<Vec<f64>>,
-    meta: BTreeMap<String, MetaAcc>,
-    meta_tags: BTreeMap<String, &'static str>,
-    blocks: BTreeMap<String, BlockAcc>,
-    cell: Option<CellAcc>,
-}
-
-impl Acc {
-    /// Sizes every buffer for `trajectories` (added next, in any order):
-    /// the blocks and columns they have, created empty, with the capacity
-    /// of all their rows.
-    fn reserve_for<'t>(
-        &mut self,
-        trajectories: impl Iterator<Item = &'t TrajectoryArrays> + Clone,
-    ) {
-        let frames: usize = trajectories.clone().map(TrajectoryArrays::len).sum();
-        self.steps.reserve(frames);
-        self.frame_offsets.reserve(frames + 1);
-        let mut rows: BTreeMap<&str, usize> = BTreeMap::new();
-        for t in trajectories.clone() {
-            for (name, series) in &t.blocks {
-                let n: u64 = series
-                    .frame_updates
-                    .iter()
-                    .flatten()
-                    .filter_map(|&u| series.updates.get(u as usize))
-                    .map(|u| u.count)
-                    .sum();
-                *rows.entry(name.as_str()).or_default() += n as usize;
-            }
-        }
-        for t in trajectories {
-            for (name, series) in &t.blocks {
-                let acc = self.blocks.entry(name.clone()).or_default();
-                if acc.present.capacity() == 0 {
-                    acc.present.reserve(frames);
-                    acc.counts.reserve(frames);
-                }
-                for (col, cs) in &series.columns {
-                    if !acc.columns.contains_key(col) {
-                        let mut c = ColAcc::new(cs.dtype(), &cs.trailing, 0);
-                        reserve_data(&mut c.data, rows[name.as_str()] * c.width);
-                        acc.columns.insert(col.clone(), c);
-                    }
-                }
-            }
-        }
-    }
-
-    /// A record without a trajectory (in a batch): no frames.
-    fn add_empty(&mut self) {
-        if self.frame_offsets.is_empty() {
-            self.frame_offsets.push(0);
-        }
-        self.frame_offsets.push(self.frames as i64);
-    }
-
-    fn add_trajectory(&mut self, t: &TrajectoryArrays) {
-        if self.frame_offsets.is_empty() {
-            self.frame_offsets.push(0);
-        }
-        let (base, n) = (self.frames, t.len());
-        self.steps.extend_from_slice(&t.steps);
-        match (&t.times, &mut self.times) {
-            (Some(src), Some(dst)) => dst.extend_from_slice(src),
-            (Some(src), None) => {
-                let mut v = vec![f64::NAN; base];
-                v.extend_from_slice(src);
-                self.times = Some(v);
-            }
-            (None, Some(dst)) => dst.resize(dst.len() + n, f64::NAN),
-            (None, None) => {}
-        }
-        for (key, series) in &t.meta {
-            if !self.meta.contains_key(key) {
-                let mut m = MetaAcc::new(series);
-                m.pad(base);
-                self.meta.insert(key.clone(), m);
-                let tag = match series {
-                    StepSeries::Typed { tag, .. } => tag.name(),
-                    StepSeries::Json(_) => MetaTag::Json.name(),
-                };
-                self.meta_tags.insert(key.clone(), tag);
-            }
-            if let Some(acc) = self.meta.get_mut(key) {
-                acc.push(series, n);
-            }
-        }
-        for (key, acc) in self.meta.iter_mut() {
-            if !t.meta.contains_key(key) {
-                acc.pad(n);
-            }
-        }
-        for (name, series) in &t.blocks {
-            if !self.blocks.contains_key(name) {
-                self.blocks
-                    .insert(name.clone(), BlockAcc::with_frames(base));
-            }
-            let acc = self.blocks.get_mut(name).expect("inserted above");
-            if let Some(head) = series.head(0) {
-                if acc.structural_shape.is_none() {
-                    acc.structural_shape = head.structural_shape.clone();
-                }
-                if acc.targets.is_empty() {
-                    acc.targets = head.targets.clone();
-                }
-            }
-            for (col, cs) in &series.columns {
-                if !acc.columns.contains_key(col) {
-                    let c = ColAcc::new(cs.dtype(), &cs.trailing, acc.rows);
-                    acc.columns.insert(col.clone(), c);
-                }
-            }
-            let BlockAcc {
-                present,
-                counts,
-                rows,
-                columns,
-                ..
-            } = acc;
-            // Each column with its series in this record (None: the
-            // record's block lacks it), paired once, not per frame.
-            let mut pairs: Vec<(&mut ColAcc, Option<&molrec::arrays::ColumnSeries>)> = columns
-                .iter_mut()
-                .map(|(col, c)| (c, series.columns.get(col)))
-                .collect();
-            for k in 0..n {
-                let Some(u) = series.frame_updates.get(k).copied().flatten() else {
-                    present.push(false);
-                    counts.push(0);
-                    continue;
-                };
-                let update = series.updates[u as usize];
-                let count = update.count as usize;
-                present.push(true);
-                counts.push(count as i64);
-                for (c, cs) in pairs.iter_mut() {
-                    match cs {
-                        Some(cs) => {
-                            let start = cs.elements(&update).start;
-                            c.push(&cs.data, start, count, cs.mask(u));
-                        }
-                        None => c.pad(count),
-                    }
-                }
-                *rows += count;
-            }
-        }
-        for (name, acc) in self.blocks.iter_mut() {
-            if !t.blocks.contains_key(name) {
-                acc.absent(n);
-            }
-        }
-        if !t.cells.is_empty() || self.cell.is_some() {
-            let cell = self.cell.get_or_insert_with(|| {
-                let mut c = CellAcc::default();
-                for _ in 0..base {
-                    c.push(None);
-                }
-                c
-            });
-            for k in 0..n {
-                cell.push(t.cell_at(k));
-            }
-        }
-        self.frames += n;
-        self.frame_offsets.push(self.frames as i64);
-    }
-
-    /// The trajectory as Python: a record's (`single`: blocks stacked
-    /// where their rows are constant) or a batch's.
-    fn into_py<'py>(self, py: Python<'py>, single: bool) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        d.set_item("n_frames", self.frames)?;
-        if !single {
-            d.set_item("offsets", vec_to_numpy(py, self.frame_offsets))?;
-        }
-        d.set_item("step", vec_to_numpy(py, self.steps))?;
-        match self.times {
-            Some(t) => d.set_item("time", vec_to_numpy(py, t))?,
-            None => d.set_item("time", py.None())?,
-        }
-        let meta = PyDict::new(py);
-        for (key, acc) in self.meta {
-            meta.set_item(&key, acc.into_py(py, self.frames)?)?;
-        }
-        d.set_item("meta", meta)?;
-        d.set_item("meta_types", self.meta_tags.into_pyobject(py)?)?;
-        let blocks = PyDict::new(py);
-        for (name, acc) in self.blocks {
-            blocks.set_item(&name, acc.into_py(py, single)?)?;
-        }
-        d.set_item("blocks", blocks)?;
-        match self.cell {
-            Some(c) => d.set_item("cell", c.into_py(py)?)?,
-            None => d.set_item("cell", py.None())?,
-        }
-        Ok(d)
-    }
-}
-
-/// The systems of a batch's records, concatenated per block.
-#[derive(Default)]
-struct SystemAcc {
-    records: usize,
-    present: Vec<bool>,
-    meta: Vec<Document>,
-    meta_types: Vec<BTreeMap<String, MetaTag>>,
-    blocks: BTreeMap<String, BlockAcc>,
-    cell: CellAcc,
-}
-
-impl SystemAcc {
-    fn add(&mut self, system: Option<Frame>) {
-        let base = self.records;
-        self.records += 1;
-        self.present.push(system.is_some());
-        let Some(system) = system else {
-            self.meta.push(Document::new());
-            self.meta_types.push(BTreeMap::new());
-            for acc in self.blocks.values_mut() {
-                acc.absent(1);
-            }
-            self.cell.push(None);
-            return;
-        };
-        self.meta.push(system.meta);
-        self.meta_types.push(system.meta_types);
-        self.cell.push(system.cell.as_ref());
-        for (name, block) in &system.blocks {
-            let acc = self
-                .blocks
-                .entry(name.clone())
-                .or_insert_with(|| BlockAcc::with_frames(base));
-            let count = block.count as usize;
-            acc.present.push(true);
-            acc.counts.push(count as i64);
-            for (col, column) in &block.columns {
-                let rows_before = acc.rows;
-                let trailing = column.shape.get(1..).unwrap_or_default();
-                let c = acc
-                    .columns
-                    .entry(col.clone())
-                    .or_insert_with(|| ColAcc::new(column.dtype(), trailing, rows_before));
-                let mask = column.validity.as_deref();
-                c.push(&column.data, 0, count, mask);
-            }
-            for (col, c) in acc.columns.iter_mut() {
-                if !block.columns.contains_key(col) {
-                    c.pad(count);
-                }
-            }
-            acc.rows += count;
-        }
-        for (name, acc) in self.blocks.iter_mut() {
-            if !system.blocks.contains_key(name) {
-                acc.absent(1);
-            }
-        }
-    }
-
-    fn into_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        d.set_item("present", vec_to_numpy(py, self.present))?;
-        let (meta, types) = (PyList::empty(py), PyList::empty(py));
-        for (m, t) in self.meta.iter().zip(&self.meta_types) {
-            meta.append(document_to_py(py, m)?)?;
-            let td = PyDict::new(py);
-            for (k, tag) in t {
-                td.set_item(k, tag.name())?;
-            }
-            types.append(td)?;
-        }
-        d.set_item("meta", meta)?;
-        d.set_item("meta_types", types)?;
-        let blocks = PyDict::new(py);
-        for (name, acc) in self.blocks {
-            blocks.set_item(&name, acc.into_py(py, false)?)?;
-        }
-        d.set_item("blocks", blocks)?;
-        if self.cell.present.iter().any(|&p| p) {
-            d.set_item("cell", self.cell.into_py(py)?)?;
-        } else {
-            d.set_item("cell", py.None())?;
-        }
-        Ok(d)
-    }
 }

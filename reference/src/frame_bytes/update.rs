@@ -48,12 +48,7 @@ impl BlocksMemo {
         frame: &FrameRef<'_>,
     ) {
         self.usable = false;
-        let reads_payload = frame.blocks.values().any(|b| {
-            b.columns
-                .values()
-                .any(|c| c.dtype == DType::Bool || c.validity.is_some())
-        });
-        if reads_payload {
+        if !blocks_reusable(&frame.blocks) {
             return;
         }
         if let Some(range) = range.filter(|r| r.start == BLOCKS_FIRST.len()) {
@@ -209,6 +204,77 @@ pub(crate) fn decode_update_known<'a, K>(
     };
     memo.remember(text, range, payload.len(), &frame);
     Ok(Known::Update(Update::Full { frame, payload }))
+}
+
+/// The `blocks` value's text of a trajectory update's header, when the
+/// header starts with `{"blocks":` as the encoder writes it (not checked:
+/// for comparing with texts a full decode of this value accepted).
+pub(crate) fn blocks_text(value: &[u8]) -> Option<&[u8]> {
+    let (header, _) = header_bytes(value).ok()?;
+    let h = header.strip_prefix(BLOCKS_FIRST)?;
+    h.get(..json_value_end(h)?)
+}
+
+/// Whether [`BlocksMemo`] would remember the blocks of `frame` (their
+/// decoding reads no payload byte: no bool column, no mask), so that an
+/// update with the same `blocks` text and payload length has the same
+/// blocks, as [`decode_same_blocks`] takes.
+pub(crate) fn blocks_reusable(blocks: &BTreeMap<String, BlockRef<'_>>) -> bool {
+    !blocks.values().any(|b| {
+        b.columns
+            .values()
+            .any(|c| c.dtype == DType::Bool || c.validity.is_some())
+    })
+}
+
+/// Where the rest of a trajectory update's header starts when it repeats
+/// a known `blocks` text: when `value`'s header is `{"blocks":` + `text` +
+/// the rest and its payload has `payload_len` bytes, the offsets (in
+/// `value`) of the rest and of the payload; `Ok(None)` otherwise. Then the
+/// update's blocks are those of the full update `text` was taken from,
+/// every buffer at the same offset of the payload, provided `text` and
+/// `payload_len` are a full update's that [`blocks_reusable`] accepts, as
+/// [`BlocksMemo`]'s are. [`decode_rest`] reads the rest.
+pub(crate) fn same_blocks_at(
+    value: &[u8],
+    text: &[u8],
+    payload_len: usize,
+) -> Result<Option<(usize, usize)>> {
+    let (header, payload_start) = header_bytes(value)?;
+    if value.len() - payload_start != payload_len {
+        return Ok(None);
+    }
+    let repeats = header
+        .strip_prefix(BLOCKS_FIRST)
+        .is_some_and(|h| h.starts_with(text));
+    Ok(repeats.then_some((8 + BLOCKS_FIRST.len() + text.len(), payload_start)))
+}
+
+/// The rest of an update's header after a repeated `blocks` text (at
+/// `rest_start` of `value`, as [`same_blocks_at`] found it), decoded and
+/// checked as [`decode`] does; `meta` is read into when the update's
+/// per-step keys are its keys, in one pass. `None` when the rest is not
+/// what the fast paths take: then [`decode_update`] decides.
+pub(crate) fn decode_rest(
+    value: &[u8],
+    rest_start: usize,
+    mut meta: Document,
+) -> Option<FrameInfo> {
+    let (header, payload_start) = header_bytes(value).ok()?;
+    let rest = header.get(rest_start.checked_sub(8)?..)?;
+    match update_tail(rest, &mut meta) {
+        Some((step, time)) => Some(FrameInfo {
+            meta,
+            meta_types: None,
+            step: Some(step),
+            time,
+            cell: None,
+        }),
+        None => std::str::from_utf8(rest)
+            .ok()
+            .and_then(|rest| scan_header(value, rest, payload_start, true, Some(meta)))
+            .map(|frame| frame.info),
+    }
 }
 
 /// The step at `bytes[*at..]`: what [`json_number`] reads there as an

@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::frame_bytes::{BlockRef, ColumnBytes};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::BuildHasher;
-use std::rc::Rc;
+use std::sync::Arc;
 
 /// What the resolver keeps of a full update's blocks: everything but the
 /// payload, whose bytes it reads at the offsets given. The same `blocks`
@@ -119,7 +119,7 @@ pub(super) struct LayoutCache {
 }
 
 /// A layout and the payload length it was made for.
-type SizedLayout = (usize, Rc<Layout>);
+type SizedLayout = (usize, Arc<Layout>);
 
 /// The hasher of [`LayoutCache`]'s texts (seeded per process).
 type TextHasher = foldhash::fast::RandomState;
@@ -128,7 +128,7 @@ impl LayoutCache {
     const CAPACITY: usize = 1024;
 
     /// The layout kept for this text and payload length.
-    pub(super) fn get(&mut self, text: &[u8], payload_len: usize) -> Option<Rc<Layout>> {
+    pub(super) fn get(&mut self, text: &[u8], payload_len: usize) -> Option<Arc<Layout>> {
         if self.kept == 0 {
             return None;
         }
@@ -136,14 +136,14 @@ impl LayoutCache {
         let layout = kept
             .iter()
             .find(|(len, _)| *len == payload_len)
-            .map(|(_, layout)| Rc::clone(layout))?;
+            .map(|(_, layout)| Arc::clone(layout))?;
         self.hits += 1;
         Some(layout)
     }
 
     /// Offers the layout of a full update with this text (the memo's: the
     /// update reads no payload bytes) for later updates.
-    pub(super) fn offer(&mut self, text: &[u8], payload_len: usize, layout: &Rc<Layout>) {
+    pub(super) fn offer(&mut self, text: &[u8], payload_len: usize, layout: &Arc<Layout>) {
         if self
             .seen
             .insert(self.layouts.hasher().hash_one((payload_len, text)))
@@ -157,7 +157,7 @@ impl LayoutCache {
         }
         let kept = self.layouts.entry(Box::from(text)).or_default();
         if kept.iter().all(|(len, _)| *len != payload_len) {
-            kept.push((payload_len, Rc::clone(layout)));
+            kept.push((payload_len, Arc::clone(layout)));
             self.kept += 1;
         }
     }

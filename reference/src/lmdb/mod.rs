@@ -8,7 +8,7 @@ mod resolve;
 mod writer;
 
 pub use pages::{check_pages, PageCounts};
-pub use reader::{Reader, RecordTxn, ResolvedView};
+pub use reader::{FrameBlock, FrameColumn, Reader, RecordTxn, ResolvedFrame, ResolvedView};
 pub use writer::{partial_path, write_collection, Writer, WriterOptions, DEFAULT_PAGE_SIZE};
 
 use crate::clause::Clause;
@@ -151,6 +151,8 @@ pub(crate) struct SharedEnv {
     /// Dropped by hand in `Drop`, while the registry is locked.
     env: ManuallyDrop<Env<WithoutTls>>,
     no_lock: bool,
+    /// The file (device and inode) it maps.
+    file: FileId,
 }
 
 /// One file's open environment and how many [`SharedEnv`]s use it.
@@ -164,7 +166,7 @@ struct OpenFile {
 }
 
 /// The file a path names: device and inode.
-type FileId = (u64, u64);
+pub(crate) type FileId = (u64, u64);
 
 /// Every file this process has open for reading. Opens and the last
 /// handle's close happen while it is locked, so an open never meets an
@@ -192,6 +194,11 @@ impl SharedEnv {
     /// Whether the environment was opened without LMDB's lock file.
     pub(crate) fn no_lock(&self) -> bool {
         self.no_lock
+    }
+
+    /// The file (device and inode) the environment maps.
+    pub(crate) fn file(&self) -> FileId {
+        self.file
     }
 }
 
@@ -235,6 +242,7 @@ pub(crate) fn open_read_env(path: &Path) -> Result<SharedEnv> {
             return Ok(SharedEnv {
                 env: ManuallyDrop::new(shared.env.clone()),
                 no_lock: shared.no_lock,
+                file,
             });
         }
         let (env, no_lock) = open_new_env(path, size, &open)?;
@@ -251,6 +259,7 @@ pub(crate) fn open_read_env(path: &Path) -> Result<SharedEnv> {
         return Ok(SharedEnv {
             env: ManuallyDrop::new(env),
             no_lock,
+            file,
         });
     }
     Err(Error::Io(std::io::Error::new(
@@ -356,6 +365,62 @@ fn not_an_environment(e: heed::Error) -> Error {
         }
         other => lmdb_error(other),
     }
+}
+
+/// Drops this process's page-table entries of a file's read-only shared
+/// mappings (LMDB's map of a collection: Linux `madvise(MADV_DONTNEED)`
+/// over the ranges `/proc/self/maps` gives for the file's device and
+/// inode), so that the pages a reader or writer went through stop counting
+/// in its resident memory. The page cache keeps them; the next access maps
+/// the same bytes again. Best effort: an error is ignored; on other
+/// systems nothing is done.
+pub(crate) fn release_file_pages((dev, ino): FileId) {
+    #[cfg(target_os = "linux")]
+    {
+        let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+            return;
+        };
+        let device = (libc::major(dev), libc::minor(dev));
+        for (start, end) in file_mappings(&maps, device, ino) {
+            // SAFETY: the range is a shared, read-only mapping of a
+            // committed collection file (LMDB's map: every open of the
+            // file in this process shares it). On a shared file mapping,
+            // MADV_DONTNEED only drops this process's page-table entries:
+            // the next access maps the page cache's page again, with the
+            // same bytes (a committed file is never modified in place), so
+            // every pointer into the range, a live read transaction's too,
+            // stays valid and reads what it read before.
+            unsafe {
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (dev, ino);
+}
+
+/// The address ranges of `/proc/self/maps` lines (`start-end perms offset
+/// major:minor inode path`, numbers of the range and device in hex) that
+/// map inode `ino` of `device` shared and read-only (`r--s`).
+#[cfg(target_os = "linux")]
+pub(crate) fn file_mappings(
+    maps: &str,
+    device: (u32, u32),
+    ino: u64,
+) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let hex = |s: &str| usize::from_str_radix(s, 16).ok();
+    maps.lines().filter_map(move |line| {
+        let mut fields = line.split_ascii_whitespace();
+        let (range, perms) = (fields.next()?, fields.next()?);
+        // The offset, then the device.
+        let dev = fields.nth(1)?;
+        let inode: u64 = fields.next()?.parse().ok()?;
+        let (major, minor) = dev.split_once(':')?;
+        let on_device = (hex(major)?, hex(minor)?) == (device.0 as usize, device.1 as usize);
+        let (start, end) = range.split_once('-')?;
+        let (start, end) = (hex(start)?, hex(end)?);
+        (on_device && inode == ino && perms == "r--s" && end > start).then_some((start, end))
+    })
 }
 
 /// Reader slots of an environment: how many read transactions may be open

@@ -35,7 +35,7 @@ use crate::model::*;
 use crate::typed_json::MetaTag;
 use crate::validate::{self, is_endpoint};
 use std::collections::BTreeMap;
-use std::rc::Rc;
+use std::sync::Arc;
 
 /// Frames reserved ahead for the per-frame arrays, and elements for each
 /// column, from what the index claims: a typical record is gathered
@@ -64,7 +64,7 @@ pub(super) struct Resolver<'s> {
     has_time: Option<bool>,
     /// The layout of the last full update: an update with the same
     /// `blocks` text finds its values at the same places of its payload.
-    plan: Option<Rc<Layout>>,
+    plan: Option<Arc<Layout>>,
     /// The state (index into `blocks`) of each block of the plan.
     plan_states: Vec<usize>,
     /// Whether the declaration has aligned blocks (else the aligned rule
@@ -146,7 +146,7 @@ impl<'s> Resolver<'s> {
         let (step, meta_kept) = self.meta_and_step(&u.info).map_err(located)?;
         // A full update's layout; `None`: the blocks of the last full one.
         let layout = match (u.blocks.take(), u.layout.take()) {
-            (Some(blocks), _) => Some(Rc::new(layout_of(blocks, u.payload).map_err(located)?)),
+            (Some(blocks), _) => Some(Arc::new(layout_of(blocks, u.payload).map_err(located)?)),
             (None, layout) => layout,
         };
         if self.step_fault.is_none() {
@@ -167,7 +167,7 @@ impl<'s> Resolver<'s> {
                 // decoding in full is always right.
                 let frame = decode(u.value).map_err(located)?;
                 let layout = layout_of(frame.blocks, u.payload).map_err(located)?;
-                (Rc::new(layout), false)
+                (Arc::new(layout), false)
             }
         };
         let updated = if repeated {
@@ -283,14 +283,7 @@ impl<'s> Resolver<'s> {
     /// while no array is built (the arrays hold it otherwise).
     fn block_rules(&mut self, block: &LayoutBlock, payload: &[u8]) -> Result<()> {
         let name = block.name.as_str();
-        let decl = validate::trajectory_block_decl(self.schema, name, block.count)?;
-        // A header restating the declaration's shape or targets states the
-        // declared ones; the declared shape's product is the count (above).
-        validate::check_declared_head(
-            &block.head.targets,
-            block.head.structural_shape.as_deref(),
-            decl,
-        )?;
+        let decl = block_declaration(self.schema, block)?;
         let names = || block.columns.iter().map(|c| c.name.as_str());
         match self.blocks.iter().find(|b| b.name == name) {
             Some(state) if !names().eq(state.column_names()) => {
@@ -313,33 +306,7 @@ impl<'s> Resolver<'s> {
                 self.blocks.push(state);
             }
         }
-        for column in &block.columns {
-            let cat = || format!("columns.{}", column.name);
-            if column.precision.is_some() {
-                return Err(Error::refused(
-                    Clause::PrecisionPlacement,
-                    cat(),
-                    "a trajectory column takes its precision from sequence_schema",
-                ));
-            }
-            // Dtype and trailing shape were checked against the declaration
-            // by the walk; the decoder checked the shape against the count,
-            // the buffer against the shape and the mask's length. A mask
-            // with every row valid is no mask.
-            let nullable = decl
-                .columns
-                .get(column.name.as_str())
-                .is_some_and(|cd| cd.nullable);
-            let mask = column.mask.and_then(|(o, len)| payload.get(o..o + len));
-            if !nullable && mask.is_some_and(|m| m.contains(&0)) {
-                return Err(Error::refused(
-                    Clause::RecordOutsideDeclaration,
-                    cat(),
-                    "a mask on a column not declared nullable",
-                ));
-            }
-        }
-        validate::check_against_system_block(name, block.count, names(), self.system)
+        block_columns_rules(decl, block, payload, self.system)
     }
 
     /// Appends an update of the blocks `layout` describes, their values
@@ -564,6 +531,68 @@ impl<'s> Resolver<'s> {
             frame_cells: self.frame_cells,
         })
     }
+}
+
+/// The first of `prepare_update`'s rules for one block of a full update:
+/// the block is declared, its count fits a declared structural shape, and
+/// a header restating the declaration's shape or targets states the
+/// declared ones. Paths relative to the block. Shared by the resolver and
+/// the reader of single frames (`Reader::frame`).
+pub(super) fn block_declaration<'s>(
+    schema: &'s SequenceSchema,
+    block: &LayoutBlock,
+) -> Result<&'s BlockDecl> {
+    let decl = validate::trajectory_block_decl(schema, &block.name, block.count)?;
+    // A header restating the declaration's shape or targets states the
+    // declared ones; the declared shape's product is the count (above).
+    validate::check_declared_head(
+        &block.head.targets,
+        block.head.structural_shape.as_deref(),
+        decl,
+    )?;
+    Ok(decl)
+}
+
+/// The rest of `prepare_update`'s rules for one block of a full update
+/// (after the column set's stability in the record, which needs the
+/// record's earlier updates): no column declares a precision, a mask only
+/// on a nullable column, and the block agrees with the system's block of
+/// the same name. Paths relative to the block; shared as
+/// [`block_declaration`] is.
+pub(super) fn block_columns_rules(
+    decl: &BlockDecl,
+    block: &LayoutBlock,
+    payload: &[u8],
+    system: &BTreeMap<String, Block>,
+) -> Result<()> {
+    for column in &block.columns {
+        let cat = || format!("columns.{}", column.name);
+        if column.precision.is_some() {
+            return Err(Error::refused(
+                Clause::PrecisionPlacement,
+                cat(),
+                "a trajectory column takes its precision from sequence_schema",
+            ));
+        }
+        // Dtype and trailing shape were checked against the declaration
+        // by the walk; the decoder checked the shape against the count,
+        // the buffer against the shape and the mask's length. A mask
+        // with every row valid is no mask.
+        let nullable = decl
+            .columns
+            .get(column.name.as_str())
+            .is_some_and(|cd| cd.nullable);
+        let mask = column.mask.and_then(|(o, len)| payload.get(o..o + len));
+        if !nullable && mask.is_some_and(|m| m.contains(&0)) {
+            return Err(Error::refused(
+                Clause::RecordOutsideDeclaration,
+                cat(),
+                "a mask on a column not declared nullable",
+            ));
+        }
+    }
+    let names = block.columns.iter().map(|c| c.name.as_str());
+    validate::check_against_system_block(&block.name, block.count, names, system)
 }
 
 impl BlockState {

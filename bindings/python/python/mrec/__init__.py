@@ -50,6 +50,21 @@ records; ``meta`` and ``meta_types`` lists; ``cell`` per record or
 ``None``). A column some records lack is filled with zeros there, marked
 invalid in ``validity``.
 
+Frames by global ordinal (``first_frame[r] + k``): ``c.frames(js)`` reads
+each frame from the updates in effect there (its own, each block's latest,
+the cell's), not by replaying its record, in a batch's trajectory layout
+plus each frame's ``record`` and ``position`` (``system=True`` adds the
+records' systems); ``c.frame(j)`` one, with its system and record meta.
+
+Training on structures: :class:`Structures` is every frame of one or more
+collections read back by the ASE mapping (``atomic_numbers``, ``pos``,
+``cell``, ``pbc``, ``natoms``, ``energy``, ``forces``, ...), batches
+gathered in Rust (per-atom arrays concatenated with a ``batch`` vector);
+``get_atoms``, ``get_metadata("natoms")`` and ``natoms`` as FairChem's
+ASE-LMDB dataset has them. :class:`FrameSampler` shuffles epochs by seed,
+splits them across ranks, batches by count or atom budget and resumes
+mid-epoch. docs/python.md says more.
+
 Importing: :func:`from_ase` writes any iterable of ``ase.Atoms`` as a
 collection, :func:`import_files` (and ``python -m mrec import FILE... OUT``)
 every structure of files ASE reads, by the mapping of ``mrec import
@@ -70,13 +85,29 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 
 from . import _native
 from ._ase_import import ImportReport, ase_mapping, from_ase, import_files
-from ._errors import BadInput, Busy, InternalError, LmdbError, Refused, Uncommitted
+from ._collection import Collection, open
+from ._errors import (
+    BadInput,
+    Busy,
+    InternalError,
+    LmdbError,
+    Missing,
+    NatomsComputed,
+    Refused,
+    Uncommitted,
+)
+from ._sampler import FrameSampler
+from ._structures import StructureBatch, Structures, collate
 
 __all__ = [
     "open",
     "Collection",
     "Dataset",
     "Writer",
+    "Structures",
+    "StructureBatch",
+    "collate",
+    "FrameSampler",
     "to_ase",
     "from_ase",
     "import_files",
@@ -84,6 +115,8 @@ __all__ = [
     "ImportReport",
     "Refused",
     "BadInput",
+    "Missing",
+    "NatomsComputed",
     "Uncommitted",
     "Busy",
     "LmdbError",
@@ -94,155 +127,6 @@ __version__ = "0.1.0"
 
 PathLike = Union[str, "os.PathLike[str]"]
 Record = Dict[str, Any]
-
-# The readers a forked child inherits are closed in the child, before any
-# code there can open the same file (which would share the parent's LMDB
-# environment through the library's per-process registry).
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_native._after_fork_in_child)
-
-BINDING_INDEX_COLUMNS = ("first_frame", "n_frames", "n_atoms", "has_trajectory")
-
-
-class Collection:
-    """An open collection file. See the module's documentation."""
-
-    def __init__(self, path: PathLike, checked: bool = False) -> None:
-        self._path = os.fspath(path)
-        self._checked = bool(checked)
-        self._native: Optional[_native.NativeReader] = None
-        self._pid: Optional[int] = None
-        self._reader()  # errors now, not in the first read
-
-    # -- per process -------------------------------------------------------
-
-    def _reader(self) -> "_native.NativeReader":
-        pid = os.getpid()
-        if self._native is None or self._pid != pid:
-            # A reader from another process (this object came through fork)
-            # is never used: it was already closed by the fork hook.
-            self._native = None
-            self._native = _native.NativeReader(self._path, self._checked)
-            self._pid = pid
-        return self._native
-
-    def __getstate__(self) -> Dict[str, Any]:
-        return {"path": self._path, "checked": self._checked}
-
-    def __setstate__(self, state: Mapping[str, Any]) -> None:
-        self._path = state["path"]
-        self._checked = state["checked"]
-        self._native = None
-        self._pid = None
-
-    def close(self) -> None:
-        """Closes the file in this process (a later read reopens it)."""
-        if self._native is not None and self._pid == os.getpid():
-            self._native.close()
-        self._native = None
-
-    def __enter__(self) -> "Collection":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    # -- what the collection is --------------------------------------------
-
-    @property
-    def path(self) -> str:
-        return self._path
-
-    @property
-    def checked(self) -> bool:
-        return self._checked
-
-    def __len__(self) -> int:
-        return len(self._reader())
-
-    @property
-    def n_frames(self) -> int:
-        """Frames of every record together."""
-        return self._reader().n_frames
-
-    @property
-    def lock_free(self) -> bool:
-        """Whether the file was opened without LMDB's lock file (read-only medium)."""
-        return self._reader().lock_free
-
-    @property
-    def meta(self) -> Dict[str, Any]:
-        """The collection document."""
-        return self._reader().meta()
-
-    @property
-    def units(self) -> Dict[str, Any]:
-        return self.meta.get("units", {})
-
-    @property
-    def schema(self) -> Dict[str, Any]:
-        """The trajectory declaration (``sequence_schema``) in canonical JSON."""
-        return self._reader().schema()
-
-    @property
-    def forcefield(self) -> Optional[Dict[str, Any]]:
-        """The force field in canonical JSON (``{"meta", "blocks"}``), or None."""
-        return self._reader().forcefield()
-
-    @property
-    def index(self) -> Dict[str, Any]:
-        """Index columns, one row per record, without decoding a record: the
-        binding's four (``first_frame``, ``n_frames``, ``n_atoms``,
-        ``has_trajectory``) and the collection's own."""
-        reader = self._reader()
-        out: Dict[str, Any] = dict(reader.binding_index())
-        own, _, _ = reader.index()
-        out.update(own)
-        return out
-
-    @property
-    def index_validity(self) -> Dict[str, Any]:
-        """Masks of the own index columns that have an invalid row."""
-        return self._reader().index()[1]
-
-    @property
-    def index_precision(self) -> Dict[str, float]:
-        """Declared precisions of the own index columns."""
-        return self._reader().index()[2]
-
-    def own_index(self) -> Dict[str, Any]:
-        """The collection's own index columns only (what ``Writer.finish`` takes)."""
-        return self._reader().index()[0]
-
-    # -- records -----------------------------------------------------------
-
-    def record(self, r: int) -> Record:
-        """Record ``r`` (negative counts from the end)."""
-        return self._reader().record(int(r))
-
-    def __getitem__(self, r: int) -> Record:
-        return self._reader().record(int(r))
-
-    def __iter__(self) -> Iterator[Record]:
-        for r in range(len(self)):
-            yield self.record(r)
-
-    def batch(self, indices: Sequence[int]) -> Dict[str, Any]:
-        """Records ``indices`` concatenated, decoded in Rust with the GIL
-        released, in one read transaction."""
-        return self._reader().batch([int(i) for i in indices])
-
-    def __repr__(self) -> str:
-        return f"mrec.Collection({self._path!r}, checked={self._checked})"
-
-
-def open(path: PathLike, checked: bool = False) -> Collection:  # noqa: A001 (the package's entry point)
-    """Opens a committed collection. ``checked=True`` checks the file's LMDB
-    pages first (for a file from elsewhere: a download, another
-    implementation's writer); a damaged file is then refused
-    (``lmdb.file.pages``) instead of crashing the process."""
-    return Collection(path, checked=checked)
-
 
 class Dataset:
     """A collection in the shape of ``torch.utils.data.Dataset``: item ``i``

@@ -56,6 +56,38 @@ class BadInput(ValueError):
     and what is wrong. ``skip_bad=True`` counts these instead."""
 
 
+class Missing(LookupError):
+    """A structure lacks what :class:`mrec.Structures` needs of it (a frame
+    without positions, a collection without an ``atoms`` block). ``what``
+    names the missing thing; ``frame`` (the global ordinal), ``record`` and
+    ``position`` say where, when it is one frame's."""
+
+    def __init__(
+        self,
+        message: str = "",
+        what: str = "",
+        frame: Optional[int] = None,
+        record: Optional[int] = None,
+        position: Optional[int] = None,
+    ) -> None:
+        super().__init__(message)
+        self.what = what
+        self.frame = frame
+        self.record = record
+        self.position = position
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        message = self.args[0] if self.args else ""
+        return (type(self), (message, self.what, self.frame, self.record, self.position))
+
+
+class NatomsComputed(UserWarning):
+    """The atom counts of some structures were not in the collection's index
+    (trajectories whose ``atoms`` block is not in their record's system:
+    their atom count may change from frame to frame), so each such record's
+    headers were read to count them, once per dataset."""
+
+
 class LmdbError(RuntimeError):
     """An LMDB error that is not a property of the data (map full, reader
     table full, ...)."""
@@ -65,4 +97,13 @@ class InternalError(RuntimeError):
     """A bug: the Rust side panicked. The panic was caught at the boundary."""
 
 
-__all__ = ["Refused", "Uncommitted", "Busy", "BadInput", "LmdbError", "InternalError"]
+__all__ = [
+    "Refused",
+    "Uncommitted",
+    "Busy",
+    "BadInput",
+    "Missing",
+    "NatomsComputed",
+    "LmdbError",
+    "InternalError",
+]

@@ -15,6 +15,14 @@ warm-up pass, every pass over one shuffled record order):
   (``ase-db-backends``), ``row.toatoms()`` per frame, on the first
   ``--ase-records`` records of the order (it is slow).
 
+Then the structures (``_bench_frames``, unless ``--no-structures``):
+``c.frames(256)``, ``Structures`` batches of 64, the peers a training
+loader uses instead (ASE-LMDB's ``row.toatoms()`` with ``--peer``, Lance's
+``take()`` when ``pylance`` is installed), ``get_atoms`` against ASE's own
+construction, one and two worker processes, a worker's memory at 1x and
+4x the records, and frames of long trajectories whose blocks carry
+forward; each target's verdict last.
+
 A workload: ``target/release/mrec bench --records 2000 --keep --dir D``
 leaves ``D/bench.mrec.lmdb`` and ``D/peer.ase.lmdb``. ``--rust-json`` takes
 that run's ``--json`` file and prints each figure against the Rust
@@ -37,6 +45,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 import mrec
+
+from . import _bench_frames
 
 _POOL_COLLECTION: Optional[mrec.Collection] = None
 
@@ -79,6 +89,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--ase-records", type=int, default=300,
                         help="records of the ase.db peer's passes (it is slow)")
     parser.add_argument("--rust-json", help="the `mrec bench --json` file of the same workload")
+    parser.add_argument("--ase-frames", type=int, default=3000,
+                        help="frames of the row.toatoms() peer's passes (it is slow)")
+    parser.add_argument("--atoms-frames", type=int, default=5000,
+                        help="frames of the get_atoms passes")
+    parser.add_argument("--memory-4x",
+                        help="a workload of 4x the records (mrec bench --records 4N --keep), for the "
+                             "worker's memory at 1x and 4x (else 1/4 and all of FILE's records)")
+    parser.add_argument("--no-structures", dest="structures", action="store_false",
+                        help="only the records' figures")
+    parser.add_argument("--no-carry-forward", dest="carry_forward", action="store_false",
+                        help="without the long-trajectory measurement")
     args = parser.parse_args(argv)
 
     c = mrec.open(args.file)
@@ -133,7 +154,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rust_json = _rust_owned(args.rust_json)
     print(f"mrec {mrec.__version__}: {args.file}: {len(c):,} records, {frames:,} frames, "
           f"{args.passes} passes (median, min, max), Python {sys.version.split()[0]}, "
-          f"{os.cpu_count()} CPUs")
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the end")
     print(f"{'figure (frames/s)':<42} {'median':>12} {'min':>12} {'max':>12} {'/ Rust (2)':>11}")
     for name, rates in rows:
         median = statistics.median(rates)
@@ -150,6 +171,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           f"c[r] >= 100,000: {check(single >= 100_000)}")
     print("(Rust (2) is measured in this process, in the same passes' conditions: "
           "`record_arrays` of every record, nothing handed to Python)")
+    if args.structures:
+        for line in _bench_frames.run(args, c):
+            print(f"target: {line}")
     return 0
 
 

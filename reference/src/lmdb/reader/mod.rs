@@ -2,6 +2,7 @@
 //! read on demand, its frames resolved by carry-forward and checked against
 //! the declaration and the model rules.
 
+mod frames;
 mod open;
 mod validator;
 pub(crate) mod walk;
@@ -28,11 +29,26 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::path::Path;
-use std::rc::Rc;
 use walk::{check_update_blocks, update_step, Walked};
+
+pub use frames::{FrameBlock, FrameColumn, ResolvedFrame};
+use frames::{FramesTxn, RecordCache};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// What [`RecordTxn::decode_walked`] makes of one frame value: the
+/// blocks decoded in full (`None` when `memo` or the cache knew them), the
+/// layout (with a cache), the payload, and meta, step, time and cell.
+pub(super) type DecodedUpdate<'t> = (
+    Option<BTreeMap<String, BlockRef<'t>>>,
+    Option<Arc<Layout>>,
+    &'t [u8],
+    FrameInfo,
+);
 
 /// An open collection file.
 pub struct Reader {
+    /// Declared first, so dropped first: it holds the environment open.
+    frames_txn: Mutex<FramesTxn>,
     env: SharedEnv,
     db: Db,
     collection: Document,
@@ -42,6 +58,8 @@ pub struct Reader {
     frame_counts: Vec<u64>,
     atom_counts: Vec<u64>,
     has_trajectory: Vec<bool>,
+    /// The entries (update maps, systems, ...) of the records `Reader::frame` met.
+    record_cache: Mutex<RecordCache>,
 }
 
 impl Reader {
@@ -88,6 +106,7 @@ impl Reader {
             parse_index(index, n_records, n_frames)?;
         drop(txn);
         Ok(Reader {
+            frames_txn: Mutex::default(),
             env,
             db,
             collection,
@@ -97,6 +116,7 @@ impl Reader {
             frame_counts,
             atom_counts,
             has_trajectory,
+            record_cache: Mutex::default(),
         })
     }
 
@@ -128,6 +148,52 @@ impl Reader {
     /// Frames of record r.
     pub fn record_frames(&self, r: u64) -> Option<u64> {
         self.frame_counts.get(r as usize).copied()
+    }
+
+    /// `first_frame` of the binding's index, per record: the global
+    /// ordinal of each record's first frame.
+    pub fn first_frames(&self) -> &[u64] {
+        &self.first_frame
+    }
+
+    /// The record and position of global frame ordinal `j` (`None` past
+    /// the last frame).
+    pub fn locate_frame(&self, j: u64) -> Option<(u64, u64)> {
+        if j >= self.n_frames {
+            return None;
+        }
+        // Records without frames share `first_frame` with the next one:
+        // the last record starting at or before j is the one holding it.
+        let r = self
+            .first_frame
+            .partition_point(|&f| f <= j)
+            .checked_sub(1)?;
+        let k = j - self.first_frame[r];
+        (k < *self.frame_counts.get(r)?).then_some((r as u64, k))
+    }
+
+    fn frames_txn(&self) -> MutexGuard<'_, FramesTxn> {
+        // Consistent between statements, as `record_cache`.
+        self.frames_txn
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn record_cache(&self) -> MutexGuard<'_, RecordCache> {
+        // The cache is consistent between statements.
+        self.record_cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Stops counting the file's pages this process went through in its
+    /// resident memory (Linux `madvise(MADV_DONTNEED)` over LMDB's map):
+    /// a shuffled reader touches pages all over the file, and they stay
+    /// mapped; a loader that wants its memory flat in the collection's
+    /// size calls this now and then. The page cache keeps the pages; every
+    /// view and transaction stays valid. Best effort.
+    pub fn release_mapped_pages(&self) {
+        super::release_file_pages(self.env.file());
     }
 
     /// `n_atoms` of the binding's index, per record (no record decoded).
@@ -442,40 +508,9 @@ impl<'r> RecordTxn<'r> {
                     )))
                 }
             };
-            // The cache is skipped if it is in use (a walk inside a walk).
-            let mut cache = layouts.and_then(|c| c.try_borrow_mut().ok());
-            let decoded = match &mut cache {
-                None => Known::Update(decode_update(value, &mut memo).map_err(located)?),
-                Some(cache) => {
-                    decode_update_known(value, &mut memo, &mut |text, len| cache.get(text, len))
-                        .map_err(located)?
-                }
-            };
-            let (mut blocks, mut layout, payload, info) = match decoded {
-                Known::Update(Update::Full { frame, payload }) => {
-                    check_update_blocks(&frame, &self.reader.schema).map_err(located)?;
-                    (Some(frame.blocks), None, payload, frame.info)
-                }
-                Known::Update(Update::SameBlocks { payload, info }) => (None, None, payload, info),
-                Known::Found {
-                    known,
-                    payload,
-                    info,
-                } => (None, Some(known), payload, info),
-            };
-            if let (Some(cache), Some(full)) = (&mut cache, blocks.take_if(|_| layouts.is_some())) {
-                let kept = Layout::of(full, payload).map(Rc::new);
-                if let (Some(kept), Some((text, len))) = (&kept, memo.holds()) {
-                    cache.offer(text, len, kept);
-                }
-                layout = kept;
-                if layout.is_none() {
-                    // Not expected: a buffer outside the payload. The
-                    // resolver decodes the update itself.
-                    blocks = Some(decode(value).map_err(located)?.blocks);
-                }
-            }
-            drop(cache);
+            let (blocks, layout, payload, info) = self
+                .decode_walked(value, &mut memo, layouts)
+                .map_err(located)?;
             let mut walked = Walked {
                 r,
                 k,
@@ -489,6 +524,50 @@ impl<'r> RecordTxn<'r> {
             memo.recycle(std::mem::take(&mut walked.info.meta));
         }
         Ok(())
+    }
+
+    /// One frame value of a walk decoded (paths relative to the frame):
+    /// its blocks checked against the declaration when decoded in full;
+    /// with `layouts`, a full update's [`Layout`], looked up in the cache
+    /// by its `blocks` text (then the text is not decoded again) or made
+    /// and offered to it. `memo` holds the last full update's text.
+    pub(super) fn decode_walked<'t>(
+        &'t self,
+        value: &'t [u8],
+        memo: &mut BlocksMemo,
+        layouts: Option<&RefCell<LayoutCache>>,
+    ) -> Result<DecodedUpdate<'t>> {
+        // The cache is skipped if it is in use (a walk inside a walk).
+        let mut cache = layouts.and_then(|c| c.try_borrow_mut().ok());
+        let decoded = match &mut cache {
+            None => Known::Update(decode_update(value, memo)?),
+            Some(cache) => decode_update_known(value, memo, &mut |text, len| cache.get(text, len))?,
+        };
+        let (mut blocks, mut layout, payload, info) = match decoded {
+            Known::Update(Update::Full { frame, payload }) => {
+                check_update_blocks(&frame, &self.reader.schema)?;
+                (Some(frame.blocks), None, payload, frame.info)
+            }
+            Known::Update(Update::SameBlocks { payload, info }) => (None, None, payload, info),
+            Known::Found {
+                known,
+                payload,
+                info,
+            } => (None, Some(known), payload, info),
+        };
+        if let (Some(cache), Some(full)) = (&mut cache, blocks.take_if(|_| layouts.is_some())) {
+            let kept = Layout::of(full, payload).map(Arc::new);
+            if let (Some(kept), Some((text, len))) = (&kept, memo.holds()) {
+                cache.offer(text, len, kept);
+            }
+            layout = kept;
+            if layout.is_none() {
+                // Not expected: a buffer outside the payload. The
+                // caller decodes the update itself.
+                blocks = Some(decode(value)?.blocks);
+            }
+        }
+        Ok((blocks, layout, payload, info))
     }
 
     /// Record r: meta, system and trajectory, the trajectory resolved into
@@ -636,7 +715,7 @@ impl<'r> RecordTxn<'r> {
 /// Asks the processor to bring the `len` bytes at `start` (up to 16 KiB)
 /// into its cache, without waiting: a hint that changes no result.
 #[inline]
-fn prefetch(start: *const u8, len: usize) {
+pub(super) fn prefetch(start: *const u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
     for offset in (0..len.min(16 << 10)).step_by(64) {
         // SAFETY: a prefetch reads nothing the program sees and never

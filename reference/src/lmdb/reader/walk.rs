@@ -10,7 +10,7 @@ use crate::lmdb::layout::Layout;
 use crate::model::*;
 use crate::typed_json;
 use std::collections::BTreeMap;
-use std::rc::Rc;
+use std::sync::Arc;
 
 /// One update of a record's walk ([`RecordTxn::walk_updates`]).
 pub(crate) struct Walked<'t> {
@@ -27,7 +27,7 @@ pub(crate) struct Walked<'t> {
     /// buffers at the same offsets of this payload) or when `layout` has it.
     pub blocks: Option<BTreeMap<String, BlockRef<'t>>>,
     /// The update's layout, on the resolver's walk.
-    pub layout: Option<Rc<Layout>>,
+    pub layout: Option<Arc<Layout>>,
     /// Meta, step, time and cell, not checked against the declaration.
     pub info: FrameInfo,
 }

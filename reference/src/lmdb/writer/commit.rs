@@ -327,65 +327,20 @@ pub(super) fn start_writeback(file: &File) {
     let _ = file;
 }
 
-/// Drops this process's mappings of the file's pages (Linux
-/// `madvise(MADV_DONTNEED)` over LMDB's map of `file`, found in
-/// `/proc/self/maps` by the file's device and inode), after each commit.
-/// Each transaction reads the path to the last leaf page through the map (those
+/// Drops this process's mappings of the file's pages after each commit
+/// ([`release_file_pages`](crate::lmdb::release_file_pages)). Each
+/// transaction reads the path to the last leaf page through the map (those
 /// pages were written by the previous commit), and they then stayed
 /// mapped: the writer's resident memory grew with the number of commits,
 /// from 10 MiB of file pages at 8,400 records to 26 MiB at 33,600 (4 MiB
 /// batches), while its own (anonymous) memory stayed at 25 MiB. LMDB maps
 /// the file shared and read-only (the writer has no `WRITE_MAP`), so this
 /// loses nothing: the page cache keeps the pages and the next read maps
-/// them again. Best effort: an error is ignored; on other systems nothing
-/// is done.
+/// them again. No transaction of the writer is open (only the commit
+/// thread opens them, and it has just committed).
 pub(super) fn release_mapped_pages(file: &File) {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::unix::fs::MetadataExt;
-        let (Ok(meta), Ok(maps)) = (file.metadata(), std::fs::read_to_string("/proc/self/maps"))
-        else {
-            return;
-        };
-        let device = (libc::major(meta.dev()), libc::minor(meta.dev()));
-        for (start, end) in file_mappings(&maps, device, meta.ino()) {
-            // SAFETY: the range is a shared, read-only mapping of the
-            // collection file: the writer's LMDB map (or a reader's of the
-            // same file in this process). On a shared file mapping,
-            // MADV_DONTNEED only drops this process's page-table entries:
-            // the next access maps the page cache's page again, with the
-            // same bytes, so every pointer into the range stays valid and
-            // reads what it read before. No transaction of the writer is
-            // open (only this thread opens them, and it has just committed).
-            unsafe {
-                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
-            }
-        }
+    use std::os::unix::fs::MetadataExt;
+    if let Ok(meta) = file.metadata() {
+        crate::lmdb::release_file_pages((meta.dev(), meta.ino()));
     }
-    #[cfg(not(target_os = "linux"))]
-    let _ = file;
-}
-
-/// The address ranges of `/proc/self/maps` lines (`start-end perms offset
-/// major:minor inode path`, numbers of the range and device in hex) that
-/// map inode `ino` of `device` shared and read-only (`r--s`).
-#[cfg(target_os = "linux")]
-pub(super) fn file_mappings(
-    maps: &str,
-    device: (u32, u32),
-    ino: u64,
-) -> impl Iterator<Item = (usize, usize)> + '_ {
-    let hex = |s: &str| usize::from_str_radix(s, 16).ok();
-    maps.lines().filter_map(move |line| {
-        let mut fields = line.split_ascii_whitespace();
-        let (range, perms) = (fields.next()?, fields.next()?);
-        // The offset, then the device.
-        let dev = fields.nth(1)?;
-        let inode: u64 = fields.next()?.parse().ok()?;
-        let (major, minor) = dev.split_once(':')?;
-        let on_device = (hex(major)?, hex(minor)?) == (device.0 as usize, device.1 as usize);
-        let (start, end) = range.split_once('-')?;
-        let (start, end) = (hex(start)?, hex(end)?);
-        (on_device && inode == ino && perms == "r--s" && end > start).then_some((start, end))
-    })
 }

@@ -554,6 +554,8 @@ pub fn write_collection(path: &Path, collection: Collection, options: WriterOpti
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_os = "linux")]
+    use crate::lmdb::file_mappings;
 
     /// The writer encodes frames straight into its batch, after other
     /// values: padding counts from the value's start, so each value is

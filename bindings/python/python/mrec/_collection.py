@@ -1,0 +1,224 @@
+"""An open collection (:class:`Collection`, :func:`open`): records, batches
+and frames by ordinal as NumPy arrays, read by the Rust library with the GIL
+released; picklable and fork-safe (see the package's documentation)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from . import _native
+
+PathLike = Union[str, "os.PathLike[str]"]
+Record = Dict[str, Any]
+
+# The readers a forked child inherits are closed in the child, before any
+# code there can open the same file (which would share the parent's LMDB
+# environment through the library's per-process registry).
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_native._after_fork_in_child)
+
+BINDING_INDEX_COLUMNS = ("first_frame", "n_frames", "n_atoms", "has_trajectory")
+
+
+#: The default of ``map_budget_mib``.
+MAP_BUDGET_MIB = 1024
+
+
+class Collection:
+    """An open collection file. See the module's documentation.
+
+    ``map_budget_mib``: how much of the file's pages (MiB) a reader keeps
+    mapped, and so counted in its resident memory, before it gives them
+    back (the page cache keeps them; a later read of such a page maps it
+    again, a minor page fault). A shuffled loader touches pages all over the
+    file: with a budget its resident memory stays bounded whatever the
+    collection's size. ``None``: never given back."""
+
+    def __init__(
+        self, path: PathLike, checked: bool = False, map_budget_mib: Optional[float] = MAP_BUDGET_MIB
+    ) -> None:
+        self._path = os.fspath(path)
+        self._checked = bool(checked)
+        self._map_budget_mib = map_budget_mib
+        self._native: Optional[_native.NativeReader] = None
+        self._pid: Optional[int] = None
+        self._reader()  # errors now, not in the first read
+
+    # -- per process -------------------------------------------------------
+
+    def _reader(self) -> "_native.NativeReader":
+        pid = os.getpid()
+        if self._native is None or self._pid != pid:
+            # A reader from another process (this object came through fork)
+            # is never used: it was already closed by the fork hook.
+            self._native = None
+            budget = 0 if self._map_budget_mib is None else max(1, int(self._map_budget_mib * 2**20))
+            self._native = _native.NativeReader(self._path, self._checked, budget)
+            self._pid = pid
+        return self._native
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = {"path": self._path, "checked": self._checked}
+        if self._map_budget_mib != MAP_BUDGET_MIB:
+            state["map_budget_mib"] = self._map_budget_mib
+        return state
+
+    def __setstate__(self, state: Mapping[str, Any]) -> None:
+        self._path = state["path"]
+        self._checked = state["checked"]
+        self._map_budget_mib = state.get("map_budget_mib", MAP_BUDGET_MIB)
+        self._native = None
+        self._pid = None
+
+    def close(self) -> None:
+        """Closes the file in this process (a later read reopens it)."""
+        if self._native is not None and self._pid == os.getpid():
+            self._native.close()
+        self._native = None
+
+    def __enter__(self) -> "Collection":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- what the collection is --------------------------------------------
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    @property
+    def checked(self) -> bool:
+        return self._checked
+
+    def __len__(self) -> int:
+        return len(self._reader())
+
+    @property
+    def n_frames(self) -> int:
+        """Frames of every record together."""
+        return self._reader().n_frames
+
+    @property
+    def lock_free(self) -> bool:
+        """Whether the file was opened without LMDB's lock file (read-only medium)."""
+        return self._reader().lock_free
+
+    @property
+    def meta(self) -> Dict[str, Any]:
+        """The collection document."""
+        return self._reader().meta()
+
+    @property
+    def units(self) -> Dict[str, Any]:
+        return self.meta.get("units", {})
+
+    @property
+    def schema(self) -> Dict[str, Any]:
+        """The trajectory declaration (``sequence_schema``) in canonical JSON."""
+        return self._reader().schema()
+
+    @property
+    def forcefield(self) -> Optional[Dict[str, Any]]:
+        """The force field in canonical JSON (``{"meta", "blocks"}``), or None."""
+        return self._reader().forcefield()
+
+    @property
+    def index(self) -> Dict[str, Any]:
+        """Index columns, one row per record, without decoding a record: the
+        binding's four (``first_frame``, ``n_frames``, ``n_atoms``,
+        ``has_trajectory``) and the collection's own."""
+        reader = self._reader()
+        out: Dict[str, Any] = dict(reader.binding_index())
+        own, _, _ = reader.index()
+        out.update(own)
+        return out
+
+    @property
+    def index_validity(self) -> Dict[str, Any]:
+        """Masks of the own index columns that have an invalid row."""
+        return self._reader().index()[1]
+
+    @property
+    def index_precision(self) -> Dict[str, float]:
+        """Declared precisions of the own index columns."""
+        return self._reader().index()[2]
+
+    def own_index(self) -> Dict[str, Any]:
+        """The collection's own index columns only (what ``Writer.finish`` takes)."""
+        return self._reader().index()[0]
+
+    # -- records -----------------------------------------------------------
+
+    def record(self, r: int) -> Record:
+        """Record ``r`` (negative counts from the end)."""
+        return self._reader().record(int(r))
+
+    def __getitem__(self, r: int) -> Record:
+        return self._reader().record(int(r))
+
+    def __iter__(self) -> Iterator[Record]:
+        for r in range(len(self)):
+            yield self.record(r)
+
+    def batch(self, indices: Sequence[int]) -> Dict[str, Any]:
+        """Records ``indices`` concatenated, decoded in Rust with the GIL
+        released, in one read transaction."""
+        return self._reader().batch([int(i) for i in indices])
+
+    def frames(
+        self, js: Sequence[int], system: bool = False, record_meta: bool = False
+    ) -> Dict[str, Any]:
+        """Frames by global ordinal (``first_frame[r] + k``; negative ones
+        count from the end), in one read transaction with the GIL
+        released. Each is resolved without replaying its record: the
+        per-step values of that frame and, for each block, the latest
+        update at or before it that holds it (and the cell in effect).
+
+        The layout of a batch's trajectory, one entry per frame asked for:
+        ``{"frames", "record", "position", "trajectory"}``: ``frames``,
+        ``record`` and ``position`` int64 ``(n,)`` (the ordinals, each
+        frame's record and its position in it); ``trajectory`` is
+        ``{"n_frames", "step", "time", "meta", "meta_types", "blocks",
+        "cell"}`` with every block flat: ``present``, ``count``,
+        ``offsets`` ``(n + 1,)`` and ``columns`` (rows of all frames one
+        after the other), ``validity``. With ``system=True``, also
+        ``system`` (the systems of the frames' records, each once, in a
+        batch's system layout) and ``system_index`` int64 ``(n,)`` (each
+        frame's record's system in it); with ``record_meta=True``, ``meta``
+        (each frame's record meta). An ordinal out of range raises
+        ``IndexError``."""
+        return self._reader().frames([int(j) for j in js], system, record_meta)
+
+    def frame(self, j: int) -> Dict[str, Any]:
+        """Frame ``j`` by global ordinal: :meth:`frames` of ``[j]`` with its
+        record's system and meta."""
+        return self._reader().frames([int(j)], True, True)
+
+    def locate(self, j: int) -> "tuple[int, int]":
+        """The record of global frame ordinal ``j`` and the frame's position
+        in it (no value read)."""
+        n = self.n_frames
+        i = j + n if j < 0 else j
+        if not 0 <= i < n:
+            raise IndexError(f"frame {j} out of range: the collection has {n} frames")
+        first = self._reader().binding_index()["first_frame"]
+        r = int(np.searchsorted(first, i, side="right")) - 1
+        return r, int(i - first[r])
+
+    def __repr__(self) -> str:
+        return f"mrec.Collection({self._path!r}, checked={self._checked})"
+
+
+def open(  # noqa: A001 (the package's entry point)
+    path: PathLike, checked: bool = False, map_budget_mib: Optional[float] = MAP_BUDGET_MIB
+) -> Collection:
+    """Opens a committed collection. ``checked=True`` checks the file's LMDB
+    pages first (for a file from elsewhere: a download, another
+    implementation's writer); a damaged file is then refused
+    (``lmdb.file.pages``) instead of crashing the process."""
+    return Collection(path, checked=checked, map_budget_mib=map_budget_mib)
