@@ -4,7 +4,7 @@
 //! the page works without it.
 
 use super::groups::failure_groups;
-use super::run::{interop_matrix, InteropEntry};
+use super::run::{interop_matrix, InteropEntry, RunReport};
 use super::{
     escape_xml, first_line, level_name, unmapped_clauses, Coverage, Outcome, Report, ResultEntry,
     Status,
@@ -27,7 +27,25 @@ fn at(s: &str) -> String {
     escape_xml(s, true)
 }
 
-pub(super) fn render(reports: &[Report], interop: &[InteropEntry], spec: &SpecMap) -> String {
+impl Report {
+    /// A self-contained HTML page (inline CSS and a little inline JS, no
+    /// external resources): a summary per implementation and a clause by
+    /// implementation matrix grouped by source section; each clause row opens
+    /// onto its cases with their verdicts and failure details.
+    pub fn to_html(reports: &[Report], spec: &SpecMap) -> String {
+        render(reports, &[], spec)
+    }
+}
+
+impl RunReport {
+    /// The HTML page: failure groups, implementations, the interop matrix,
+    /// the clause × implementation matrix.
+    pub fn to_html(&self, spec: &SpecMap) -> String {
+        render(&self.implementations, &self.interop, spec)
+    }
+}
+
+fn render(reports: &[Report], interop: &[InteropEntry], spec: &SpecMap) -> String {
     let mut out = String::new();
     let names: Vec<String> = reports
         .iter()

@@ -10,6 +10,8 @@
 //!   checked; `harness trace` shows a clause, its cases and verdicts.
 //!   (The Python template adapter's run is `tests/python_adapter.rs`, a
 //!   driver that reports it ignored where `python3` lacks what it needs.)
+//! - `layering`: the files of `harness/src` import each other in no cycle (a
+//!   module file may reach down into its parts); the report's data imports no renderer.
 //! - `many`: the reference and several adapters side by side, every
 //!   writer × reader interop pair, a crashing and a hanging adapter beside
 //!   good ones, a reader dropping the last record as one failure group at
@@ -33,6 +35,7 @@ mod cli;
 mod common;
 mod corrupt;
 mod hostile;
+mod layering;
 mod many;
 mod snapshots;
 mod spec_map;
