@@ -6,6 +6,7 @@
 //! (`adapter::reference`).
 
 pub mod adapter;
+pub mod data;
 pub mod golden;
 pub mod inspect;
 pub mod interop;

@@ -74,13 +74,15 @@ enum Command {
         /// with it in CI: it must follow every decision.
         #[arg(long)]
         strict: bool,
-        /// Repository root holding suites/, fixtures/ and spec-map.toml.
+        /// A tree holding suites/, fixtures/ and spec-map.toml, read instead of
+        /// the data built into this binary (to run a tree being edited).
         #[arg(long)]
         root: Option<PathBuf>,
     },
     /// Check the suites: duplicate ids, unknown clauses, missing or unused fixtures.
     Lint {
-        /// Repository root.
+        /// A tree holding suites/, fixtures/ and spec-map.toml, read instead of
+        /// the data built into this binary (to run a tree being edited).
         #[arg(long)]
         root: Option<PathBuf>,
     },
@@ -104,7 +106,8 @@ enum Command {
         /// Verdicts from this report.json instead of a run of the reference (repeatable).
         #[arg(long)]
         report: Vec<PathBuf>,
-        /// Repository root.
+        /// A tree holding suites/, fixtures/ and spec-map.toml, read instead of
+        /// the data built into this binary (to run a tree being edited).
         #[arg(long)]
         root: Option<PathBuf>,
     },
@@ -113,9 +116,10 @@ enum Command {
         #[command(subcommand)]
         command: ReportCommand,
     },
-    /// Regenerate fixtures/golden/ with the reference (never done by a test).
+    /// Regenerate fixtures/golden/ with the reference (never done by a test),
+    /// in a checkout of the repository.
     Golden {
-        /// Repository root.
+        /// Repository root [default: the current directory].
         #[arg(long)]
         root: Option<PathBuf>,
     },
@@ -136,7 +140,8 @@ enum ReportCommand {
         /// Merge runs of different suite versions (refused by default).
         #[arg(long)]
         allow_suite_mismatch: bool,
-        /// Repository root holding spec-map.toml.
+        /// A tree holding suites/, fixtures/ and spec-map.toml, read instead of
+        /// the data built into this binary (to run a tree being edited).
         #[arg(long)]
         root: Option<PathBuf>,
     },
@@ -156,7 +161,8 @@ enum ReportCommand {
         /// When to exit with 1: something got worse, anything changed, or never.
         #[arg(long, value_enum, default_value_t = FailOnArg::Worse)]
         fail_on: FailOnArg,
-        /// Repository root holding spec-map.toml (tiers for reports of an older format).
+        /// A tree holding suites/, fixtures/ and spec-map.toml, read instead of
+        /// the data built into this binary (to run a tree being edited).
         #[arg(long)]
         root: Option<PathBuf>,
     },
@@ -169,13 +175,64 @@ enum FailOnArg {
     Never,
 }
 
+/// The tree at `--root`, else the data embedded in this binary.
 fn layout(root: Option<PathBuf>) -> Layout {
     root.map(|r| Layout::at(&r))
-        .unwrap_or_else(Layout::repository)
+        .unwrap_or_else(Layout::embedded)
+}
+
+/// What `--version` says: the harness, and the suites, spec map and
+/// protocol it judges with (the embedded data: what this binary carries
+/// wherever it is copied).
+fn long_version() -> String {
+    let layout = Layout::embedded();
+    let mut text = format!("{}\n", env!("CARGO_PKG_VERSION"));
+    match layout.suites() {
+        Ok(suites) => {
+            let listed: Vec<String> = suites
+                .iter()
+                .map(|s| format!("{} v{} ({} cases)", s.module, s.version, s.cases.len()))
+                .collect();
+            text.push_str(&format!("suites: {}\n", listed.join(", ")));
+        }
+        Err(e) => text.push_str(&format!("suites: {e}\n")),
+    }
+    match layout.spec_map() {
+        Ok(spec) => {
+            let sources: std::collections::BTreeSet<&str> = spec
+                .values()
+                .flat_map(|c| c.source.split("; "))
+                .map(|s| s.split(" > ").next().unwrap_or(s).trim())
+                .collect();
+            text.push_str(&format!(
+                "spec map: {} clauses; spec sources: {}\n",
+                spec.len(),
+                sources.into_iter().collect::<Vec<_>>().join(", ")
+            ));
+        }
+        Err(e) => text.push_str(&format!("spec map: {e}\n")),
+    }
+    text.push_str(&format!(
+        "adapter protocol: {}\ndata: built into this binary, digest {} (--root DIR reads a tree instead)",
+        harness::adapter::protocol::PROTOCOL_VERSION,
+        harness::data::digest()
+    ));
+    text
 }
 
 fn main() -> ExitCode {
-    match Cli::parse().command {
+    use clap::{CommandFactory, FromArgMatches};
+    let mut command = Cli::command();
+    // Only `--version` needs the suites parsed.
+    if std::env::args().any(|a| a == "--version") {
+        // clap keeps a `&'static str`; the process prints it and exits.
+        command = command.long_version(&*Box::leak(long_version().into_boxed_str()));
+    }
+    let cli = match Cli::from_arg_matches(&command.get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    match cli.command {
         Command::Run {
             adapters,
             expectations,
@@ -259,7 +316,9 @@ fn main() -> ExitCode {
                     root,
                 },
         } => report_diff(layout(root), &old, &new, json, markdown, fail_on),
-        Command::Golden { root } => match harness::golden::regenerate(&layout(root)) {
+        Command::Golden { root } => match harness::golden::regenerate(&Layout::at(
+            &root.unwrap_or_else(|| PathBuf::from(".")),
+        )) {
             Ok(written) => {
                 for w in written {
                     println!("wrote {}", w.display());

@@ -1,6 +1,9 @@
 //! Tests of the harness itself (the suites run in `tests/suite.rs`).
 //!
 //! Index:
+//! - `alone`: a copy of the binary alone in an empty directory carries its
+//!   suites, fixtures and spec map (`--version` names them) and runs every
+//!   command; `--root` runs a tree being edited.
 //! - `broken`: implementations that each break one rule are caught by the
 //!   cases covering that rule, and pass the rest; `harness report diff`
 //!   lists exactly the trials one broken rule changes.
@@ -30,6 +33,7 @@
 //! - `workflow`: the forge's CI workflow parses and runs only commands that
 //!   `.ci/run` or these tests also run.
 
+mod alone;
 mod broken;
 mod cli;
 mod common;
