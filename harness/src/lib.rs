@@ -15,5 +15,6 @@ pub mod many;
 pub mod recipe;
 pub mod report;
 pub mod runner;
+pub mod smoke;
 pub mod suite;
 pub mod trace;

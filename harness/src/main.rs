@@ -79,6 +79,23 @@ enum Command {
         #[arg(long)]
         root: Option<PathBuf>,
     },
+    /// Check an adapter before a run, in a few seconds: its greeting, one
+    /// write and one read of the simplest case and one refusal, each answer
+    /// validated against the protocol's schemas; shows its stderr and
+    /// timings, says what is wrong in plain words. Exit 0 when a run can start.
+    Smoke {
+        /// The adapter's command (run through `sh -c`, as `harness run` runs it).
+        #[arg(long = "adapter", value_name = "COMMAND")]
+        adapter: String,
+        /// Seconds the adapter may take for its greeting and for each answer
+        /// (as `harness run --timeout`).
+        #[arg(long, default_value_t = DEFAULT_TIMEOUT.as_secs())]
+        timeout: u64,
+        /// A tree holding suites/, fixtures/ and spec-map.toml, read instead of
+        /// the data built into this binary (to run a tree being edited).
+        #[arg(long)]
+        root: Option<PathBuf>,
+    },
     /// Check the suites: duplicate ids, unknown clauses, missing or unused fixtures.
     Lint {
         /// A tree holding suites/, fixtures/ and spec-map.toml, read instead of
@@ -265,6 +282,11 @@ fn main() -> ExitCode {
                 },
             )
         }
+        Command::Smoke {
+            adapter,
+            timeout,
+            root,
+        } => smoke(&layout(root), adapter, timeout),
         Command::Lint { root } => {
             let problems = lint(&layout(root));
             for p in &problems {
@@ -333,6 +355,32 @@ fn main() -> ExitCode {
     }
 }
 
+/// `harness smoke`: 0 when a run can start, 1 when not, 2 when the harness
+/// itself cannot check (its suites do not load).
+fn smoke(layout: &Layout, command: String, timeout: u64) -> ExitCode {
+    let workdir = scratch_dir("smoke");
+    end_adapters_on_signals(workdir.clone());
+    let options = harness::smoke::Options {
+        command,
+        timeout: Duration::from_secs(timeout.max(1)),
+    };
+    match harness::smoke::check(layout, &options, &workdir) {
+        Ok(smoke) => {
+            print!("{}", smoke.render());
+            if smoke.ready() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&workdir);
+            eprintln!("harness: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 /// The bundled reference's name in reports.
 const REFERENCE: &str = "molrec-reference";
 
@@ -383,15 +431,19 @@ fn run(
     end_adapters_on_signals(workdir.clone());
     let mut imps: Vec<Boxed> = vec![Box::new(Reference::new())];
     let mut names: Vec<String> = vec![REFERENCE.to_owned()];
+    // Each adapter's command, in the order of `names[1..]`.
+    let mut commands: Vec<String> = Vec::new();
     for arg in adapters {
         let (name, command) = named(arg);
         let spawned = match Subprocess::spawn_with(command, limits) {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("harness: cannot start `{command}`: {e}");
+                eprintln!("harness: {}", smoke_hint(command));
                 return ExitCode::from(2);
             }
         };
+        commands.push(command.to_owned());
         let name = match name {
             Some(name) if names.iter().any(|n| n == name) || name == "reference" => {
                 eprintln!("harness: two implementations are called `{name}`");
@@ -463,6 +515,15 @@ fn run(
             return ExitCode::from(2);
         }
     };
+    for ((description, trials), command) in results.own.iter().skip(1).zip(&commands) {
+        if failed_from_the_start(trials) {
+            eprintln!(
+                "harness: `{}` failed its first requests (errors, not verdicts): {}",
+                description.name,
+                smoke_hint(command)
+            );
+        }
+    }
     let suites: Vec<SuiteInfo> = layout
         .suites()
         .unwrap_or_default()
@@ -593,6 +654,26 @@ fn run(
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Where to turn when an adapter does not get going.
+fn smoke_hint(command: &str) -> String {
+    format!(
+        "`harness smoke --adapter '{}'` checks an adapter in a few seconds and says what is wrong in plain words",
+        command.replace('\'', "'\\''")
+    )
+}
+
+/// Whether an adapter's first requests (up to three) all erred: it most
+/// likely never worked (a greeting, a framing or a start-up problem)
+/// rather than failing some cases.
+fn failed_from_the_start(trials: &[harness::runner::TrialResult]) -> bool {
+    let asked: Vec<&harness::runner::TrialResult> = trials
+        .iter()
+        .filter(|t| t.verdict != Verdict::Unsupported)
+        .take(3)
+        .collect();
+    !asked.is_empty() && asked.iter().all(|t| t.verdict == Verdict::Error)
 }
 
 /// `--expectations [NAME=]FILE` arguments, loaded and keyed by

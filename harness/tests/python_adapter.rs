@@ -6,7 +6,8 @@
 //! but never crash it. Run beside the reference (`harness run --adapter
 //! py=…`), the 2 × 2 writer × reader interop matrix agrees on every
 //! positive case.
-//! The `harness` binary copied alone into an empty directory and run there
+//! `harness smoke` passes the template. The `harness` binary copied alone
+//! into an empty directory and run there
 //! without `--root` (the suites, fixtures and spec map it carries) gives
 //! the template and the reference the verdicts a run from the tree gives.
 //! A libtest-mimic driver, so that on a machine whose `python3` lacks `lmdb`
@@ -61,7 +62,35 @@ fn main() {
             Ok(Completion::Completed)
         },
     );
-    libtest_mimic::run(&Arguments::from_args(), vec![trial, interop, alone]).exit();
+    let smoke = Trial::ignorable_test("harness_smoke_passes_the_python_template", || {
+        if !python_has(&["lmdb", "numpy"]) {
+            return Ok(Completion::ignored_with(
+                "python3 lacks lmdb or numpy (pip install lmdb numpy)",
+            ));
+        }
+        harness_smoke_passes_the_python_template();
+        Ok(Completion::Completed)
+    });
+    libtest_mimic::run(&Arguments::from_args(), vec![trial, interop, alone, smoke]).exit();
+}
+
+/// `harness smoke` on the template: every step ok, exit status 0.
+fn harness_smoke_passes_the_python_template() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../adapters/python/mrec_adapter.py");
+    let out = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["smoke", "--adapter"])
+        .arg(format!("python3 '{}'", script.display()))
+        .output()
+        .expect("harness runs");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    let steps: Vec<&str> = said
+        .lines()
+        .filter(|l| l.starts_with("  ") && !l.trim_start().starts_with('|'))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(steps, ["ok", "ok", "ok", "ok", "ok"], "{said}");
+    assert!(said.contains("harness smoke: ready in "), "{said}");
 }
 
 /// `harness run --adapter py=…` twice: by a copy of the binary alone in an

@@ -26,6 +26,12 @@
 //!   is an error naming it.
 //! - `subprocess`: the reference as a subprocess gives the same verdicts as
 //!   in process.
+//! - `protocol`: every message has a schema in `docs/schemas/`; a whole
+//!   run's traffic follows them, judged by `jsonschema` and by the
+//!   harness's own validator alike, which agree on broken messages too.
+//! - `smoke`: `harness smoke` passes working adapters and fails each
+//!   deliberately broken one with the sentence that says what to fix;
+//!   `harness run` points to it when an adapter fails from the start.
 //! - `snapshots`: the reference's Markdown report and refusal messages; a
 //!   reworded refusal message is a snapshot diff of its one line.
 //! - `spec_map`: every `must` clause is covered by a passing case or waived;
@@ -41,6 +47,8 @@ mod corrupt;
 mod hostile;
 mod layering;
 mod many;
+mod protocol;
+mod smoke;
 mod snapshots;
 mod spec_map;
 mod subprocess;
