@@ -125,9 +125,9 @@ fn header(out: &mut String, reports: &[Report], spec: &SpecMap) {
 
 fn count_cell(n: usize) -> String {
     if n == 0 {
-        "<td class=\"num zero\">0</td>".to_owned()
+        "<td class=\"num count zero\">0</td>".to_owned()
     } else {
-        format!("<td class=\"num\">{n}</td>")
+        format!("<td class=\"num count\">{n}</td>")
     }
 }
 
@@ -156,7 +156,7 @@ fn implementations(out: &mut String, reports: &[Report], spec: &SpecMap) {
         };
         let _ = write!(
             out,
-            "<tr><td><b>{}</b> <span class=\"ver\">{}</span><div class=\"note\">{does}</div></td>",
+            "<tr><td class=\"name\"><b>{}</b> <span class=\"ver\">{}</span><div class=\"note\">{does}</div></td>",
             h(&imp.name),
             h(&imp.version),
         );
@@ -165,7 +165,7 @@ fn implementations(out: &mut String, reports: &[Report], spec: &SpecMap) {
         }
         let _ = write!(
             out,
-            "<td class=\"num\"><b>{}</b></td><td><div class=\"bar\">",
+            "<td class=\"num count\"><b>{}</b></td><td class=\"trials\"><div class=\"bar\">",
             s.total
         );
         for o in Outcome::ALL {
@@ -219,7 +219,7 @@ fn implementations(out: &mut String, reports: &[Report], spec: &SpecMap) {
                 failing.len()
             );
         }
-        out.push_str("</td><td>");
+        out.push_str("</td><td class=\"result\">");
         if r.conforming {
             out.push_str("<span class=\"verdict ok\">conforming</span>");
         } else {
@@ -808,9 +808,9 @@ fn interop_section(out: &mut String, reports: &[Report], interop: &[InteropEntry
         .map(|r| r.implementation.name.as_str())
         .collect();
     let (writers, readers, counts) = interop_matrix(&names, interop);
-    out.push_str("<section>\n<h2>Interop: writer × reader</h2>\n<p class=\"meta\">Positive cases the row's implementation wrote, the harness's inspection accepted, and the column's implementation read back as the fixture (passed / judged).</p>\n<table class=\"impls\">\n<thead><tr><th>writer \\ reader</th>");
+    out.push_str("<section>\n<h2>Interop: writer × reader</h2>\n<p class=\"meta\">Positive cases the row's implementation wrote, the harness's inspection accepted, and the column's implementation read back as the fixture (passed / judged).</p>\n<table class=\"impls interop\">\n<thead><tr><th>writer \\ reader</th>");
     for r in &readers {
-        let _ = write!(out, "<th>{}</th>", h(r));
+        let _ = write!(out, "<th class=\"num\">{}</th>", h(r));
     }
     out.push_str("</tr></thead>\n<tbody>\n");
     for w in &writers {
@@ -866,7 +866,7 @@ fn interop_section(out: &mut String, reports: &[Report], interop: &[InteropEntry
         .collect();
     let _ = write!(
         out,
-        "<details><summary>Per case ({} cases)</summary>\n<table class=\"impls\">\n<thead><tr><th>case</th>",
+        "<details><summary>Per case ({} cases)</summary>\n<table class=\"impls pairs\">\n<thead><tr><th>case</th>",
         cases.len()
     );
     for (w, r) in &pairs {
@@ -874,7 +874,12 @@ fn interop_section(out: &mut String, reports: &[Report], interop: &[InteropEntry
     }
     out.push_str("</tr></thead>\n<tbody>\n");
     for (case, by_pair) in &cases {
-        let _ = write!(out, "<tr><td><code>{}</code></td>", h(case));
+        // A break may come after each `::` of a long case name.
+        let _ = write!(
+            out,
+            "<tr><td class=\"case\"><code>{}</code></td>",
+            h(case).replace("::", "::<wbr>")
+        );
         for pair in &pairs {
             match by_pair.get(pair) {
                 Some(e) => {
