@@ -268,7 +268,9 @@ impl Layout {
         Layout { root: None }
     }
 
-    /// The tree of the repository the harness crate sits in (its tests').
+    /// The tree of the repository the harness crate was compiled in: the
+    /// repository's own tests read it; the `harness` binary never does
+    /// (it reads [`Layout::embedded`] unless given `--root`).
     pub fn repository() -> Layout {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"))
             .parent()

@@ -25,16 +25,36 @@ fn quote(line: &str) -> String {
     }
 }
 
-/// `1 line` or `3 lines`, the first quoted.
-fn strays_text(strays: &[String]) -> String {
-    let shown: Vec<String> = strays.iter().take(QUOTED).map(|s| quote(s)).collect();
-    format!(
-        "{} line{} ({}{})",
-        strays.len(),
-        if strays.len() == 1 { "" } else { "s" },
-        shown.join(", "),
-        if strays.len() > QUOTED { ", …" } else { "" }
-    )
+/// Lines on stdout that are not protocol messages: how many, and the
+/// first few, cut short (an adapter that floods stdout costs no memory).
+#[derive(Debug, Default)]
+struct Strays {
+    count: usize,
+    first: Vec<String>,
+}
+
+impl Strays {
+    fn push(&mut self, line: &str) {
+        self.count += 1;
+        if self.first.len() < QUOTED {
+            self.first.push(quote(line));
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// `1 line ("...")` or `3 lines ("...", "...", ...)`.
+    fn text(&self) -> String {
+        format!(
+            "{} line{} ({}{})",
+            self.count,
+            if self.count == 1 { "" } else { "s" },
+            self.first.join(", "),
+            if self.count > QUOTED { ", …" } else { "" }
+        )
+    }
 }
 
 /// Whether a line is the adapter's attempt at a greeting: a JSON object
@@ -55,12 +75,12 @@ pub(super) fn greet(
     timeout: Duration,
 ) -> (Step, Option<Description>) {
     let mut step = Step::new("greeting");
-    let mut strays: Vec<String> = Vec::new();
+    let mut strays = Strays::default();
     let found = loop {
         match wire.next_line(wire.started + timeout) {
             Read::Line(line, at) => match greeting_like(&line) {
                 Some(_) => break Some((line, at - wire.started)),
-                None => strays.push(line),
+                None => strays.push(&line),
             },
             Read::TimedOut(partial) => break late(wire, &mut step, timeout, &strays, &partial),
             Read::Closed(partial) => {
@@ -69,7 +89,7 @@ pub(super) fn greet(
                 if !strays.is_empty() {
                     said.push_str(&format!(
                         "; stdout had {}, none of them a greeting",
-                        strays_text(&strays)
+                        strays.text()
                     ));
                 }
                 if !partial.is_empty() {
@@ -97,7 +117,7 @@ pub(super) fn greet(
     if !strays.is_empty() {
         step.fail(format!(
             "the adapter wrote {} on stdout before its greeting. stdout carries the protocol only, the greeting first: write logs and banners to stderr.",
-            strays_text(&strays)
+            strays.text()
         ));
     }
     let description = check_greeting(&line, schemas, &mut step);
@@ -143,14 +163,14 @@ fn late(
     wire: &mut Wire,
     step: &mut Step,
     timeout: Duration,
-    strays: &[String],
+    strays: &Strays,
     partial: &[u8],
 ) -> Option<(String, Duration)> {
     if !strays.is_empty() {
         step.fail(format!(
             "no greeting within {}, and stdout had {} instead. The greeting is the first line on stdout: write logs to stderr.",
             seconds(timeout),
-            strays_text(strays)
+            strays.text()
         ));
         return None;
     }
@@ -348,7 +368,7 @@ impl<'a> Session<'a> {
                 .push(format!("{what} could not be sent: {e}."));
             return Outcome::Error(e);
         }
-        let mut strays = Vec::new();
+        let mut strays = Strays::default();
         let (line, value) = loop {
             match self.wire.next_line(sent + self.timeout) {
                 Read::Line(line, at) => match serde_json::from_str::<Value>(&line) {
@@ -358,7 +378,7 @@ impl<'a> Session<'a> {
                         exchange.took = Some(at - sent);
                         break (line, value);
                     }
-                    _ => strays.push(line),
+                    _ => strays.push(&line),
                 },
                 Read::TimedOut(partial) => {
                     exchange.fatal = true;
@@ -374,7 +394,7 @@ impl<'a> Session<'a> {
                     if !strays.is_empty() {
                         said.push_str(&format!(
                             "; stdout had {} instead (stdout carries the protocol only: log to stderr)",
-                            strays_text(&strays)
+                            strays.text()
                         ));
                     }
                     exchange.problems.push(said + ".");
@@ -400,7 +420,7 @@ impl<'a> Session<'a> {
         if !strays.is_empty() {
             exchange.problems.push(format!(
                 "the adapter wrote {} on stdout before its answer to {what}. stdout carries the protocol only: write logs to stderr.",
-                strays_text(&strays)
+                strays.text()
             ));
         }
         match value.get("id") {

@@ -62,7 +62,9 @@ impl Wire {
         let started = Instant::now();
         let (request_tx, request_rx) = mpsc::channel::<String>();
         register_adapter(child.id(), request_tx.clone());
-        let (chunk_tx, chunks) = mpsc::channel();
+        // Bounded: an adapter that floods stdout blocks on its writes
+        // instead of filling the harness's memory (64 chunks of 64 KiB).
+        let (chunk_tx, chunks) = mpsc::sync_channel(64);
         let kept = Arc::new(Mutex::new(Vec::new()));
         let (done_tx, stderr_done) = mpsc::channel();
         let spawned = spawn("smoke-stdin", move || {
