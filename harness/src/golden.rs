@@ -27,9 +27,13 @@ pub const GOLDEN_PAGE_SIZE: u32 = 4096;
 
 /// Writes `fixtures/golden/<case>.mrec.lmdb` and the canonical JSON it reads
 /// back as (`<case>.dump.json`) for every round-trip case listed in
-/// [`GOLDEN_CASES`].
+/// [`GOLDEN_CASES`], in the tree of `layout` (the embedded data cannot be
+/// rewritten: regenerate in a checkout, then rebuild).
 pub fn regenerate(layout: &Layout) -> Result<Vec<PathBuf>, String> {
-    let dir = layout.fixtures.join("golden");
+    let Some(root) = layout.root() else {
+        return Err("golden files are regenerated in a source tree: give --root DIR".into());
+    };
+    let dir = root.join("fixtures").join("golden");
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut reference = Reference::with_page_size(GOLDEN_PAGE_SIZE);
     let mut written = Vec::new();
@@ -40,7 +44,7 @@ pub fn regenerate(layout: &Layout) -> Result<Vec<PathBuf>, String> {
             }
             let Some(name) = &case.fixture else { continue };
             let fixture = layout.fixture(name)?;
-            let path = case.golden_path(&layout.fixtures);
+            let path = root.join(Layout::golden_name(&case.id));
             let _ = std::fs::remove_file(&path);
             match reference.write(&fixture, &path) {
                 Outcome::Done(()) => {}

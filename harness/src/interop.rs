@@ -56,7 +56,7 @@ pub fn interop_cases(layout: &Layout) -> Result<Vec<(Suite, Case)>, String> {
     let mut out = Vec::new();
     for suite in layout.suites()? {
         for case in &suite.cases {
-            let directions = case.directions(&layout.fixtures);
+            let directions = case.directions(layout);
             if case.kind == Kind::RoundTrip
                 && directions.contains(&Direction::Write)
                 && directions.contains(&Direction::Read)

@@ -74,13 +74,32 @@ enum Command {
         /// with it in CI: it must follow every decision.
         #[arg(long)]
         strict: bool,
-        /// Repository root holding suites/, fixtures/ and spec-map.toml.
+        /// A tree holding suites/, fixtures/ and spec-map.toml, read instead of
+        /// the data built into this binary (to run a tree being edited).
+        #[arg(long)]
+        root: Option<PathBuf>,
+    },
+    /// Check an adapter before a run, in a few seconds: its greeting, one
+    /// write and one read of the simplest case and one refusal, each answer
+    /// validated against the protocol's schemas; shows its stderr and
+    /// timings, says what is wrong in plain words. Exit 0 when a run can start.
+    Smoke {
+        /// The adapter's command (run through `sh -c`, as `harness run` runs it).
+        #[arg(long = "adapter", value_name = "COMMAND")]
+        adapter: String,
+        /// Seconds the adapter may take for its greeting and for each answer
+        /// (as `harness run --timeout`).
+        #[arg(long, default_value_t = DEFAULT_TIMEOUT.as_secs())]
+        timeout: u64,
+        /// A tree holding suites/, fixtures/ and spec-map.toml, read instead of
+        /// the data built into this binary (to run a tree being edited).
         #[arg(long)]
         root: Option<PathBuf>,
     },
     /// Check the suites: duplicate ids, unknown clauses, missing or unused fixtures.
     Lint {
-        /// Repository root.
+        /// A tree holding suites/, fixtures/ and spec-map.toml, read instead of
+        /// the data built into this binary (to run a tree being edited).
         #[arg(long)]
         root: Option<PathBuf>,
     },
@@ -104,7 +123,8 @@ enum Command {
         /// Verdicts from this report.json instead of a run of the reference (repeatable).
         #[arg(long)]
         report: Vec<PathBuf>,
-        /// Repository root.
+        /// A tree holding suites/, fixtures/ and spec-map.toml, read instead of
+        /// the data built into this binary (to run a tree being edited).
         #[arg(long)]
         root: Option<PathBuf>,
     },
@@ -113,9 +133,10 @@ enum Command {
         #[command(subcommand)]
         command: ReportCommand,
     },
-    /// Regenerate fixtures/golden/ with the reference (never done by a test).
+    /// Regenerate fixtures/golden/ with the reference (never done by a test),
+    /// in a checkout of the repository.
     Golden {
-        /// Repository root.
+        /// Repository root [default: the current directory].
         #[arg(long)]
         root: Option<PathBuf>,
     },
@@ -136,7 +157,8 @@ enum ReportCommand {
         /// Merge runs of different suite versions (refused by default).
         #[arg(long)]
         allow_suite_mismatch: bool,
-        /// Repository root holding spec-map.toml.
+        /// A tree holding suites/, fixtures/ and spec-map.toml, read instead of
+        /// the data built into this binary (to run a tree being edited).
         #[arg(long)]
         root: Option<PathBuf>,
     },
@@ -156,7 +178,8 @@ enum ReportCommand {
         /// When to exit with 1: something got worse, anything changed, or never.
         #[arg(long, value_enum, default_value_t = FailOnArg::Worse)]
         fail_on: FailOnArg,
-        /// Repository root holding spec-map.toml (tiers for reports of an older format).
+        /// A tree holding suites/, fixtures/ and spec-map.toml, read instead of
+        /// the data built into this binary (to run a tree being edited).
         #[arg(long)]
         root: Option<PathBuf>,
     },
@@ -169,13 +192,64 @@ enum FailOnArg {
     Never,
 }
 
+/// The tree at `--root`, else the data embedded in this binary.
 fn layout(root: Option<PathBuf>) -> Layout {
     root.map(|r| Layout::at(&r))
-        .unwrap_or_else(Layout::repository)
+        .unwrap_or_else(Layout::embedded)
+}
+
+/// What `--version` says: the harness, and the suites, spec map and
+/// protocol it judges with (the embedded data: what this binary carries
+/// wherever it is copied).
+fn long_version() -> String {
+    let layout = Layout::embedded();
+    let mut text = format!("{}\n", env!("CARGO_PKG_VERSION"));
+    match layout.suites() {
+        Ok(suites) => {
+            let listed: Vec<String> = suites
+                .iter()
+                .map(|s| format!("{} v{} ({} cases)", s.module, s.version, s.cases.len()))
+                .collect();
+            text.push_str(&format!("suites: {}\n", listed.join(", ")));
+        }
+        Err(e) => text.push_str(&format!("suites: {e}\n")),
+    }
+    match layout.spec_map() {
+        Ok(spec) => {
+            let sources: std::collections::BTreeSet<&str> = spec
+                .values()
+                .flat_map(|c| c.source.split("; "))
+                .map(|s| s.split(" > ").next().unwrap_or(s).trim())
+                .collect();
+            text.push_str(&format!(
+                "spec map: {} clauses; spec sources: {}\n",
+                spec.len(),
+                sources.into_iter().collect::<Vec<_>>().join(", ")
+            ));
+        }
+        Err(e) => text.push_str(&format!("spec map: {e}\n")),
+    }
+    text.push_str(&format!(
+        "adapter protocol: {}\ndata: built into this binary, digest {} (--root DIR reads a tree instead)",
+        harness::adapter::protocol::PROTOCOL_VERSION,
+        harness::data::digest()
+    ));
+    text
 }
 
 fn main() -> ExitCode {
-    match Cli::parse().command {
+    use clap::{CommandFactory, FromArgMatches};
+    let mut command = Cli::command();
+    // Only `--version` needs the suites parsed.
+    if std::env::args().any(|a| a == "--version") {
+        // clap keeps a `&'static str`; the process prints it and exits.
+        command = command.long_version(&*Box::leak(long_version().into_boxed_str()));
+    }
+    let cli = match Cli::from_arg_matches(&command.get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    match cli.command {
         Command::Run {
             adapters,
             expectations,
@@ -208,6 +282,11 @@ fn main() -> ExitCode {
                 },
             )
         }
+        Command::Smoke {
+            adapter,
+            timeout,
+            root,
+        } => smoke(&layout(root), adapter, timeout),
         Command::Lint { root } => {
             let problems = lint(&layout(root));
             for p in &problems {
@@ -259,7 +338,9 @@ fn main() -> ExitCode {
                     root,
                 },
         } => report_diff(layout(root), &old, &new, json, markdown, fail_on),
-        Command::Golden { root } => match harness::golden::regenerate(&layout(root)) {
+        Command::Golden { root } => match harness::golden::regenerate(&Layout::at(
+            &root.unwrap_or_else(|| PathBuf::from(".")),
+        )) {
             Ok(written) => {
                 for w in written {
                     println!("wrote {}", w.display());
@@ -271,6 +352,32 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+    }
+}
+
+/// `harness smoke`: 0 when a run can start, 1 when not, 2 when the harness
+/// itself cannot check (its suites do not load).
+fn smoke(layout: &Layout, command: String, timeout: u64) -> ExitCode {
+    let workdir = scratch_dir("smoke");
+    end_adapters_on_signals(workdir.clone());
+    let options = harness::smoke::Options {
+        command,
+        timeout: Duration::from_secs(timeout.max(1)),
+    };
+    match harness::smoke::check(layout, &options, &workdir) {
+        Ok(smoke) => {
+            print!("{}", smoke.render());
+            if smoke.ready() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&workdir);
+            eprintln!("harness: {e}");
+            ExitCode::from(2)
+        }
     }
 }
 
@@ -324,15 +431,19 @@ fn run(
     end_adapters_on_signals(workdir.clone());
     let mut imps: Vec<Boxed> = vec![Box::new(Reference::new())];
     let mut names: Vec<String> = vec![REFERENCE.to_owned()];
+    // Each adapter's command, in the order of `names[1..]`.
+    let mut commands: Vec<String> = Vec::new();
     for arg in adapters {
         let (name, command) = named(arg);
         let spawned = match Subprocess::spawn_with(command, limits) {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("harness: cannot start `{command}`: {e}");
+                eprintln!("harness: {}", smoke_hint(command));
                 return ExitCode::from(2);
             }
         };
+        commands.push(command.to_owned());
         let name = match name {
             Some(name) if names.iter().any(|n| n == name) || name == "reference" => {
                 eprintln!("harness: two implementations are called `{name}`");
@@ -404,6 +515,15 @@ fn run(
             return ExitCode::from(2);
         }
     };
+    for ((description, trials), command) in results.own.iter().skip(1).zip(&commands) {
+        if failed_from_the_start(trials) {
+            eprintln!(
+                "harness: `{}` failed its first requests (errors, not verdicts): {}",
+                description.name,
+                smoke_hint(command)
+            );
+        }
+    }
     let suites: Vec<SuiteInfo> = layout
         .suites()
         .unwrap_or_default()
@@ -534,6 +654,26 @@ fn run(
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Where to turn when an adapter does not get going.
+fn smoke_hint(command: &str) -> String {
+    format!(
+        "`harness smoke --adapter '{}'` checks an adapter in a few seconds and says what is wrong in plain words",
+        command.replace('\'', "'\\''")
+    )
+}
+
+/// Whether an adapter's first requests (up to three) all erred: it most
+/// likely never worked (a greeting, a framing or a start-up problem)
+/// rather than failing some cases.
+fn failed_from_the_start(trials: &[harness::runner::TrialResult]) -> bool {
+    let asked: Vec<&harness::runner::TrialResult> = trials
+        .iter()
+        .filter(|t| t.verdict != Verdict::Unsupported)
+        .take(3)
+        .collect();
+    !asked.is_empty() && asked.iter().all(|t| t.verdict == Verdict::Error)
 }
 
 /// `--expectations [NAME=]FILE` arguments, loaded and keyed by

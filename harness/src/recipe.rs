@@ -284,32 +284,25 @@ pub fn parse_hex(hex: &str) -> Result<Vec<u8>, String> {
 /// Materializes `recipe` as an LMDB file at `out`.
 ///
 /// An existing `out` (and `<out>-lock`) is removed first. For
-/// [`Base::Fixture`], the fixture JSON is read from `fixtures_dir` and handed
-/// to `write_base(json, out)`, which must produce the file; for
-/// [`Base::Empty`], a new environment is created. The edits are then applied
-/// in one write transaction (NO_SUB_DIR, map size at least the file size +
-/// 64 MiB). The environment is closed before this returns, so the file can
-/// be reopened by another opener in this process.
+/// [`Base::Fixture`], `load_fixture` gives the fixture's JSON (by its name
+/// under `fixtures/`: the caller knows whether the fixtures are on disk or
+/// embedded in the binary), handed to `write_base(json, out)`, which must
+/// produce the file; for [`Base::Empty`], a new environment is created. The
+/// edits are then applied in one write transaction (NO_SUB_DIR, map size at
+/// least the file size + 64 MiB). The environment is closed before this
+/// returns, so the file can be reopened by another opener in this process.
 pub fn materialize(
     recipe: &Recipe,
     out: &Path,
     write_base: &mut dyn FnMut(&Value, &Path) -> Result<(), String>,
-    fixtures_dir: &Path,
+    load_fixture: &dyn Fn(&str) -> Result<Value, String>,
 ) -> Result<(), RecipeError> {
     remove_existing(out)?;
 
     let base_size = match &recipe.base {
         Base::Fixture(rel) => {
-            let fixture = fixtures_dir.join(rel);
-            let text = std::fs::read_to_string(&fixture).map_err(|e| {
-                RecipeError::whole(format!("base fixture {}: {e}", fixture.display()))
-            })?;
-            let json: Value = serde_json::from_str(&text).map_err(|e| {
-                RecipeError::whole(format!(
-                    "base fixture {} is not JSON: {e}",
-                    fixture.display()
-                ))
-            })?;
+            let json = load_fixture(rel)
+                .map_err(|e| RecipeError::whole(format!("base fixture {rel}: {e}")))?;
             write_base(&json, out).map_err(|e| {
                 RecipeError::whole(format!("the writer refused base fixture {rel}: {e}"))
             })?;
@@ -850,7 +843,8 @@ mod tests {
         let out = dir.join("edited.mrec.lmdb");
         let recipe = Recipe::from_toml(&format!("base = \"empty\"\nedits = [{edits}]"))?;
         let mut no_writer = |_: &Value, _: &Path| -> Result<(), String> { unreachable!() };
-        let made = materialize(&recipe, &out, &mut no_writer, &dir);
+        let no_fixtures = |name: &str| -> Result<Value, String> { Err(format!("no {name}")) };
+        let made = materialize(&recipe, &out, &mut no_writer, &no_fixtures);
         let stored = made.map(|()| {
             let mut options = EnvOpenOptions::new();
             // SAFETY: valid flags for a read-only open of the file just

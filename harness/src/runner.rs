@@ -269,9 +269,10 @@ fn round_trip_read(
         Err(e) => return (Verdict::Error, e, None),
     };
     let prepared = if golden {
-        // Read a copy: opening may create a lock file beside the file.
-        std::fs::copy(case.golden_path(&ctx.layout.fixtures), path)
-            .map(drop)
+        // Read a copy, in the scratch directory: opening may create a lock
+        // file beside the file, and embedded golden files are not on disk.
+        ctx.layout
+            .copy_golden(&case.id, path)
             .map_err(|e| format!("harness: cannot copy the golden file: {e}"))
     } else {
         match ctx.reference.write(&fixture, path) {
@@ -439,7 +440,8 @@ fn build_recipe(case: &Case, ctx: &mut Context<'_>, path: &Path) -> Result<(), D
             other => Err(format!("the reference could not write the base: {other:?}")),
         }
     };
-    materialize(recipe, path, &mut write_base, &ctx.layout.fixtures)
+    let layout = ctx.layout;
+    materialize(recipe, path, &mut write_base, &|name| layout.fixture(name))
         .map_err(|e| (Verdict::Error, format!("harness: recipe: {e}"), None))
 }
 
@@ -535,7 +537,7 @@ pub fn trials(layout: &Layout) -> Result<Vec<(Suite, Case, Direction)>, String> 
     let mut out = Vec::new();
     for suite in layout.suites()? {
         for case in &suite.cases {
-            for direction in case.directions(&layout.fixtures) {
+            for direction in case.directions(layout) {
                 out.push((suite.clone(), case.clone(), direction));
             }
         }

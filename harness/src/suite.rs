@@ -6,6 +6,7 @@
 
 use crate::recipe::Recipe;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -88,24 +89,18 @@ pub struct Case {
 }
 
 impl Case {
-    /// The directions this case runs in (golden only where a golden file exists).
-    pub fn directions(&self, fixtures: &Path) -> Vec<Direction> {
+    /// The directions this case runs in (golden only where `layout` has a
+    /// golden file for it).
+    pub fn directions(&self, layout: &Layout) -> Vec<Direction> {
         let mut dirs = self.directions.clone().unwrap_or_else(|| match self.kind {
             Kind::RoundTrip => vec![Direction::Write, Direction::Read, Direction::Golden],
             Kind::WriteRefusal => vec![Direction::Write],
             Kind::ReadRefusal | Kind::ReadAccept => vec![Direction::Read],
         });
-        if !self.golden_path(fixtures).is_file() {
+        if !layout.has_golden(&self.id) {
             dirs.retain(|d| *d != Direction::Golden);
         }
         dirs
-    }
-
-    /// Where this case's golden file lives, when it has one.
-    pub fn golden_path(&self, fixtures: &Path) -> PathBuf {
-        fixtures
-            .join("golden")
-            .join(format!("{}.mrec.lmdb", self.id))
     }
 }
 
@@ -256,19 +251,26 @@ pub enum Level {
 /// `spec-map.toml`: clause id -> clause.
 pub type SpecMap = BTreeMap<String, Clause>;
 
-/// Where the project's declarative files are.
+/// Where the suites, the fixtures and the spec map come from: the data
+/// embedded in this binary at build time ([`crate::data`]), or a tree on
+/// disk holding `suites/`, `fixtures/` and `spec-map.toml` (`--root`, and
+/// the repository's own tests).
 #[derive(Clone, Debug)]
 pub struct Layout {
-    /// `suites/`
-    pub suites: PathBuf,
-    /// `fixtures/`
-    pub fixtures: PathBuf,
-    /// `spec-map.toml`
-    pub spec_map: PathBuf,
+    /// The tree's root; `None`: the embedded data.
+    root: Option<PathBuf>,
 }
 
 impl Layout {
-    /// The layout of the repository the harness crate sits in.
+    /// The data embedded in this binary: what it judges with when no
+    /// `--root` is given, wherever it runs.
+    pub fn embedded() -> Layout {
+        Layout { root: None }
+    }
+
+    /// The tree of the repository the harness crate was compiled in: the
+    /// repository's own tests read it; the `harness` binary never does
+    /// (it reads [`Layout::embedded`] unless given `--root`).
     pub fn repository() -> Layout {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"))
             .parent()
@@ -277,29 +279,108 @@ impl Layout {
         Layout::at(&root)
     }
 
-    /// The layout under `root`.
+    /// The tree under `root`.
     pub fn at(root: &Path) -> Layout {
         Layout {
-            suites: root.join("suites"),
-            fixtures: root.join("fixtures"),
-            spec_map: root.join("spec-map.toml"),
+            root: Some(root.to_path_buf()),
         }
+    }
+
+    /// The tree's root, for a layout read from disk.
+    pub fn root(&self) -> Option<&Path> {
+        self.root.as_deref()
+    }
+
+    /// Where the data comes from, for messages.
+    pub fn describe(&self) -> String {
+        match &self.root {
+            Some(root) => format!("the tree at {}", root.display()),
+            None => format!(
+                "the data embedded in this binary (digest {})",
+                crate::data::digest()
+            ),
+        }
+    }
+
+    /// The bytes of the file at `rel` (`/`-separated, from the root). An
+    /// error names the file.
+    fn read(&self, rel: &str) -> Result<Cow<'static, [u8]>, String> {
+        match &self.root {
+            Some(root) => {
+                let path = root.join(rel);
+                std::fs::read(&path)
+                    .map(Cow::Owned)
+                    .map_err(|e| format!("{}: {e}", path.display()))
+            }
+            None => crate::data::file(rel)
+                .map(Cow::Borrowed)
+                .ok_or_else(|| format!("{rel}: not in the data embedded in this binary")),
+        }
+    }
+
+    fn read_text(&self, rel: &str) -> Result<String, String> {
+        let bytes = self.read(rel)?;
+        String::from_utf8(bytes.into_owned()).map_err(|e| format!("{}: {e}", self.name(rel)))
+    }
+
+    /// How a file is named in messages: its path on disk, or its path in
+    /// the embedded data.
+    fn name(&self, rel: &str) -> String {
+        match &self.root {
+            Some(root) => root.join(rel).display().to_string(),
+            None => rel.to_owned(),
+        }
+    }
+
+    fn exists(&self, rel: &str) -> bool {
+        match &self.root {
+            Some(root) => root.join(rel).is_file(),
+            None => crate::data::file(rel).is_some(),
+        }
+    }
+
+    /// The files under `dir` (from the root) whose names end in `suffix`,
+    /// as paths relative to `dir`, sorted; `deep`: in subdirectories too.
+    fn list(&self, dir: &str, suffix: &str, deep: bool) -> Result<Vec<String>, String> {
+        let mut names: Vec<String> = match &self.root {
+            Some(root) => {
+                let base = root.join(dir);
+                if !base.is_dir() {
+                    return Err(format!("{}: not a directory", base.display()));
+                }
+                walkdir::WalkDir::new(&base)
+                    .max_depth(if deep { usize::MAX } else { 1 })
+                    .into_iter()
+                    .filter_map(Result::ok)
+                    .filter(|e| e.file_type().is_file())
+                    .filter_map(|e| {
+                        let rel = e.path().strip_prefix(&base).ok()?;
+                        let parts: Vec<String> = rel
+                            .components()
+                            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                            .collect();
+                        Some(parts.join("/"))
+                    })
+                    .collect()
+            }
+            None => crate::data::files_under(&format!("{dir}/"))
+                .map(|(path, _)| path[dir.len() + 1..].to_owned())
+                .filter(|rel| deep || !rel.contains('/'))
+                .collect(),
+        };
+        names.retain(|n| n.ends_with(suffix));
+        names.sort();
+        Ok(names)
     }
 
     /// Loads every suite file, sorted by module.
     pub fn suites(&self) -> Result<Vec<Suite>, String> {
         let mut suites = Vec::new();
-        let mut entries: Vec<PathBuf> = std::fs::read_dir(&self.suites)
-            .map_err(|e| format!("{}: {e}", self.suites.display()))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
-            .collect();
-        entries.sort();
-        for path in entries {
-            let text =
-                std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        for name in self.list("suites", ".toml", false)? {
+            let rel = format!("suites/{name}");
+            let text = self.read_text(&rel)?;
             let suite: Suite =
-                toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+                toml::from_str(&text).map_err(|e| format!("{}: {e}", self.name(&rel)))?;
             suites.push(suite);
         }
         Ok(suites)
@@ -307,27 +388,26 @@ impl Layout {
 
     /// Loads `spec-map.toml`.
     pub fn spec_map(&self) -> Result<SpecMap, String> {
-        let text = std::fs::read_to_string(&self.spec_map)
-            .map_err(|e| format!("{}: {e}", self.spec_map.display()))?;
+        let rel = "spec-map.toml";
+        let text = self.read_text(rel)?;
         #[derive(Deserialize)]
         struct File {
             clause: SpecMap,
         }
-        let file: File =
-            toml::from_str(&text).map_err(|e| format!("{}: {e}", self.spec_map.display()))?;
+        let file: File = toml::from_str(&text).map_err(|e| format!("{}: {e}", self.name(rel)))?;
         for (id, clause) in &file.clause {
             let reason = clause.reason.as_deref().map(str::trim);
             match (clause.basis, reason) {
                 (Basis::Decision, None | Some("")) => {
                     return Err(format!(
                         "{}: clause `{id}` has basis = \"decision\" and no `reason`",
-                        self.spec_map.display()
+                        self.name(rel)
                     ))
                 }
                 (Basis::Spec, Some(_)) => {
                     return Err(format!(
                         "{}: clause `{id}` gives a `reason` but not basis = \"decision\"",
-                        self.spec_map.display()
+                        self.name(rel)
                     ))
                 }
                 _ => {}
@@ -336,12 +416,42 @@ impl Layout {
         Ok(file.clause)
     }
 
-    /// Reads a fixture.
+    /// Reads a fixture (`name` relative to `fixtures/`).
     pub fn fixture(&self, name: &str) -> Result<serde_json::Value, String> {
-        let path = self.fixtures.join(name);
-        let text =
-            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+        let rel = format!("fixtures/{name}");
+        let text = self.read_text(&rel)?;
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", self.name(&rel)))
+    }
+
+    /// Whether the fixture `name` (relative to `fixtures/`) exists.
+    pub fn fixture_exists(&self, name: &str) -> bool {
+        self.exists(&format!("fixtures/{name}"))
+    }
+
+    /// Every canonical-JSON fixture, relative to `fixtures/`, sorted; the
+    /// golden files' dumps left out.
+    pub fn fixture_names(&self) -> Result<Vec<String>, String> {
+        let mut names = self.list("fixtures", ".json", true)?;
+        names.retain(|n| !n.starts_with("golden/"));
+        Ok(names)
+    }
+
+    /// Where case `id`'s golden file is, from the root.
+    pub fn golden_name(id: &str) -> String {
+        format!("fixtures/golden/{id}.mrec.lmdb")
+    }
+
+    /// Whether case `id` has a golden file.
+    pub fn has_golden(&self, id: &str) -> bool {
+        self.exists(&Layout::golden_name(id))
+    }
+
+    /// Writes a copy of case `id`'s golden file at `dest` (readers open a
+    /// copy: opening may create a lock file beside the file, and the
+    /// embedded data is not on disk at all).
+    pub fn copy_golden(&self, id: &str, dest: &Path) -> Result<(), String> {
+        let bytes = self.read(&Layout::golden_name(id))?;
+        std::fs::write(dest, bytes).map_err(|e| format!("{}: {e}", dest.display()))
     }
 }
 
@@ -442,10 +552,10 @@ pub fn lint(layout: &Layout) -> Vec<String> {
                 fixtures.push(f);
             }
             for f in fixtures {
-                if !layout.fixtures.join(f).is_file() {
+                if !layout.fixture_exists(f) {
                     problems.push(format!("{name}: fixture `{f}` does not exist"));
                 }
-                used.insert(PathBuf::from(f));
+                used.insert(f.clone());
             }
             let (decided, stated): (Vec<&String>, Vec<&String>) = case
                 .clauses
@@ -468,22 +578,13 @@ pub fn lint(layout: &Layout) -> Vec<String> {
             }
         }
     }
-    for entry in walkdir::WalkDir::new(&layout.fixtures)
-        .into_iter()
-        .filter_map(Result::ok)
-    {
-        let path = entry.path();
-        if path.extension().is_some_and(|x| x == "json")
-            && !path.starts_with(layout.fixtures.join("golden"))
-        {
-            let rel = path
-                .strip_prefix(&layout.fixtures)
-                .unwrap_or(path)
-                .to_path_buf();
-            if !used.contains(&rel) {
-                problems.push(format!("fixture `{}` is used by no case", rel.display()));
+    match layout.fixture_names() {
+        Ok(names) => {
+            for name in names.into_iter().filter(|n| !used.contains(n)) {
+                problems.push(format!("fixture `{name}` is used by no case"));
             }
         }
+        Err(e) => problems.push(e),
     }
     problems
 }
@@ -493,17 +594,19 @@ mod tests {
     use super::*;
 
     fn load(entry: &str) -> Result<SpecMap, String> {
-        let dir = std::env::temp_dir().join(format!("harness-spec-map-{}", std::process::id()));
+        // One tree per entry: the tests of this module run in parallel.
+        let dir = std::env::temp_dir().join(format!(
+            "harness-spec-map-{}-{}",
+            std::process::id(),
+            entry.len()
+        ));
         std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(format!("{}.toml", entry.len()));
         let text =
             format!("[clause.\"x.y\"]\nsource = \"s\"\nlevel = \"must\"\ntext = \"t\"\n{entry}\n");
-        std::fs::write(&path, text).unwrap();
-        let layout = Layout {
-            spec_map: path,
-            ..Layout::at(&dir)
-        };
-        layout.spec_map()
+        std::fs::write(dir.join("spec-map.toml"), text).unwrap();
+        let loaded = Layout::at(&dir).spec_map();
+        let _ = std::fs::remove_dir_all(&dir);
+        loaded
     }
 
     #[test]

@@ -6,8 +6,12 @@
 //! but never crash it. Run beside the reference (`harness run --adapter
 //! py=…`), the 2 × 2 writer × reader interop matrix agrees on every
 //! positive case.
+//! `harness smoke` passes the template. The `harness` binary copied alone
+//! into an empty directory and run there
+//! without `--root` (the suites, fixtures and spec map it carries) gives
+//! the template and the reference the verdicts a run from the tree gives.
 //! A libtest-mimic driver, so that on a machine whose `python3` lacks `lmdb`
-//! or `numpy` the trial is reported as ignored, with that reason.
+//! or `numpy` each trial is reported as ignored, with that reason.
 
 #[path = "integration/common.rs"]
 mod common;
@@ -46,7 +50,132 @@ fn main() {
             Ok(Completion::Completed)
         },
     );
-    libtest_mimic::run(&Arguments::from_args(), vec![trial, interop]).exit();
+    let alone = Trial::ignorable_test(
+        "a_copied_binary_alone_gives_the_verdicts_of_a_run_from_the_tree",
+        || {
+            if !python_has(&["lmdb", "numpy"]) {
+                return Ok(Completion::ignored_with(
+                    "python3 lacks lmdb or numpy (pip install lmdb numpy)",
+                ));
+            }
+            a_copied_binary_alone_gives_the_verdicts_of_a_run_from_the_tree();
+            Ok(Completion::Completed)
+        },
+    );
+    let smoke = Trial::ignorable_test("harness_smoke_passes_the_python_template", || {
+        if !python_has(&["lmdb", "numpy"]) {
+            return Ok(Completion::ignored_with(
+                "python3 lacks lmdb or numpy (pip install lmdb numpy)",
+            ));
+        }
+        harness_smoke_passes_the_python_template();
+        Ok(Completion::Completed)
+    });
+    libtest_mimic::run(&Arguments::from_args(), vec![trial, interop, alone, smoke]).exit();
+}
+
+/// `harness smoke` on the template: every step ok, exit status 0.
+fn harness_smoke_passes_the_python_template() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../adapters/python/mrec_adapter.py");
+    let out = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["smoke", "--adapter"])
+        .arg(format!("python3 '{}'", script.display()))
+        .output()
+        .expect("harness runs");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    let steps: Vec<&str> = said
+        .lines()
+        .filter(|l| l.starts_with("  ") && !l.trim_start().starts_with('|'))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(steps, ["ok", "ok", "ok", "ok", "ok"], "{said}");
+    assert!(said.contains("harness smoke: ready in "), "{said}");
+}
+
+/// `harness run --adapter py=…` twice: by a copy of the binary alone in an
+/// empty directory (its working directory, no `--root`), and by the built
+/// binary with `--root` at this repository. Every trial of each
+/// implementation and every interop trial has the same verdict (and the
+/// same clause named) in both, and both runs exit alike.
+fn a_copied_binary_alone_gives_the_verdicts_of_a_run_from_the_tree() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../adapters/python/mrec_adapter.py");
+    let adapter = format!("py=python3 '{}'", script.display());
+    let alone = harness::runner::scratch_dir("alone");
+    std::fs::create_dir_all(&alone).expect("scratch");
+    let copy = alone.join("harness");
+    std::fs::copy(env!("CARGO_BIN_EXE_harness"), &copy).expect("copy the binary");
+    let run = |binary: &Path, cwd: &Path, root: Option<&Path>, reports: &Path| {
+        let mut command = Command::new(binary);
+        command
+            .current_dir(cwd)
+            .args(["run", "--adapter", &adapter, "--report"]);
+        command.arg(reports);
+        if let Some(root) = root {
+            command.arg("--root").arg(root);
+        }
+        let out = command.output().expect("harness runs");
+        let report: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(cwd.join(reports).join("report.json")).expect("report.json"),
+        )
+        .expect("JSON");
+        (out.status.code(), verdicts(&report))
+    };
+    let repository = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let (alone_status, alone_verdicts) = run(&copy, &alone, None, Path::new("reports"));
+    let from_tree = alone.join("from-tree");
+    let (tree_status, tree_verdicts) = run(
+        Path::new(env!("CARGO_BIN_EXE_harness")),
+        &repository,
+        Some(&repository),
+        &from_tree,
+    );
+    // The directory held the binary alone: what the run left is its reports.
+    let mut left: Vec<String> = std::fs::read_dir(&alone)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    let _ = std::fs::remove_dir_all(&alone);
+    assert_eq!(left, ["from-tree", "harness", "reports"]);
+    assert!(
+        tree_verdicts.len() > 500,
+        "{} verdicts",
+        tree_verdicts.len()
+    );
+    let differ: Vec<String> = tree_verdicts
+        .iter()
+        .filter(|(trial, v)| alone_verdicts.get(*trial) != Some(v))
+        .map(|(trial, v)| format!("{trial}: tree {v:?}, alone {:?}", alone_verdicts.get(trial)))
+        .collect();
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+    assert_eq!(alone_verdicts.len(), tree_verdicts.len());
+    assert_eq!(alone_status, tree_status);
+}
+
+/// Every trial of a report.json (each implementation's, by name, and the
+/// interop trials) -> (verdict, clause named).
+fn verdicts(report: &serde_json::Value) -> std::collections::BTreeMap<String, (String, String)> {
+    let mut out = std::collections::BTreeMap::new();
+    let entry = |e: &serde_json::Value| {
+        (
+            e["verdict"].as_str().unwrap_or_default().to_owned(),
+            e["named_clause"].as_str().unwrap_or_default().to_owned(),
+        )
+    };
+    for imp in report["implementations"]
+        .as_array()
+        .expect("implementations")
+    {
+        let name = imp["implementation"]["name"].as_str().unwrap_or_default();
+        for e in imp["results"].as_array().expect("results") {
+            out.insert(format!("[{name}] {}", e["trial"]), entry(e));
+        }
+    }
+    for e in report["interop"].as_array().expect("interop") {
+        out.insert(e["trial"].to_string(), entry(e));
+    }
+    out
 }
 
 /// `harness run --adapter py=…`: two writers and two readers, and every

@@ -14,8 +14,8 @@ pub mod reference;
 pub mod subprocess;
 
 pub use subprocess::{
-    end_all_adapters, Limits, Subprocess, DEFAULT_MAX_ANSWER_BYTES, DEFAULT_MAX_FAILURES,
-    DEFAULT_TIMEOUT,
+    end_all_adapters, Limits, Subprocess, BYE_GRACE, DEFAULT_MAX_ANSWER_BYTES,
+    DEFAULT_MAX_FAILURES, DEFAULT_TIMEOUT,
 };
 
 use std::path::Path;

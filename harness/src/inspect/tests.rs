@@ -244,6 +244,14 @@ fn scratch_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// Fixtures read from `dir`, as the runner reads them from its layout.
+fn fixtures_in(dir: &Path) -> impl Fn(&str) -> Result<Value, String> + '_ {
+    move |name| {
+        let text = std::fs::read_to_string(dir.join(name)).map_err(|e| e.to_string())?;
+        serde_json::from_str(&text).map_err(|e| e.to_string())
+    }
+}
+
 fn no_writer(_: &Value, _: &Path) -> Result<(), String> {
     Err("no writer in this test".into())
 }
@@ -251,7 +259,8 @@ fn no_writer(_: &Value, _: &Path) -> Result<(), String> {
 fn build(name: &str, recipe: &Recipe) -> (PathBuf, PathBuf) {
     let dir = scratch_dir(name);
     let path = dir.join("c.mrec.lmdb");
-    materialize(recipe, &path, &mut no_writer, &dir).unwrap_or_else(|e| panic!("{name}: {e}"));
+    materialize(recipe, &path, &mut no_writer, &fixtures_in(&dir))
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
     (dir, path)
 }
 
@@ -289,7 +298,13 @@ fn good_file_has_no_findings() {
     assert_eq!(inspect_file(&path, Some(&firsts(&expected))), vec![]);
     // Inspection closes the env: it can be inspected again, and rebuilt.
     assert_eq!(inspect_file(&path, None), vec![]);
-    materialize(&good_recipe_with(vec![]), &path, &mut no_writer, &dir).unwrap();
+    materialize(
+        &good_recipe_with(vec![]),
+        &path,
+        &mut no_writer,
+        &fixtures_in(&dir),
+    )
+    .unwrap();
     assert_eq!(inspect_file(&path, None), vec![]);
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -740,7 +755,13 @@ fn file_shape_is_one_file() {
     );
     // A companion file beside a good one.
     let good = dir.join("good.mrec.lmdb");
-    materialize(&good_recipe_with(vec![]), &good, &mut no_writer, &dir).unwrap();
+    materialize(
+        &good_recipe_with(vec![]),
+        &good,
+        &mut no_writer,
+        &fixtures_in(&dir),
+    )
+    .unwrap();
     assert_eq!(inspect_file(&good, None), vec![]);
     std::fs::write(dir.join("good.mrec.lmdb-journal"), b"x").unwrap();
     let findings = inspect_file(&good, None);
@@ -1092,7 +1113,7 @@ fn bad_edits_are_errors_naming_the_edit() {
         let index = recipe.edits.len();
         recipe.edits.push(edit.clone());
         let path = dir.join("c.mrec.lmdb");
-        let err = materialize(&recipe, &path, &mut no_writer, &dir)
+        let err = materialize(&recipe, &path, &mut no_writer, &fixtures_in(&dir))
             .expect_err(&format!("{edit:?} should fail"));
         assert_eq!(err.edit, Some(index), "{err}");
         assert!(err.message.contains(&format!("edit {index} ")), "{err}");
@@ -1121,7 +1142,7 @@ fn fixture_base_goes_through_the_supplied_writer() {
             &good_recipe_with(vec![]),
             out,
             &mut no_writer,
-            Path::new("."),
+            &fixtures_in(Path::new(".")),
         )
         .map_err(|e| e.to_string())
     };
@@ -1145,7 +1166,7 @@ value = "f32"
     .unwrap();
     let path = dir.join("out.mrec.lmdb");
     std::fs::write(&path, b"stale").unwrap();
-    materialize(&recipe, &path, &mut writer, &dir).unwrap();
+    materialize(&recipe, &path, &mut writer, &fixtures_in(&dir)).unwrap();
     assert_eq!(seen, vec![json!({"meta": {"units": {}}, "records": []})]);
     let got = clauses(&inspect_file(&path, None));
     assert_eq!(
@@ -1162,13 +1183,13 @@ value = "f32"
 
     // A writer that refuses, and a missing fixture, are errors.
     let mut refusing = |_: &Value, _: &Path| -> Result<(), String> { Err("nope".into()) };
-    let err = materialize(&recipe, &path, &mut refusing, &dir).unwrap_err();
+    let err = materialize(&recipe, &path, &mut refusing, &fixtures_in(&dir)).unwrap_err();
     assert!(err.message.contains("nope"), "{err}");
     let missing = Recipe {
         base: Base::Fixture("absent.json".into()),
         edits: vec![],
     };
-    assert!(materialize(&missing, &path, &mut no_writer, &dir).is_err());
+    assert!(materialize(&missing, &path, &mut no_writer, &fixtures_in(&dir)).is_err());
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -4,7 +4,7 @@
 //! the page works without it.
 
 use super::groups::failure_groups;
-use super::run::{interop_matrix, InteropEntry};
+use super::run::{interop_matrix, InteropEntry, RunReport};
 use super::{
     escape_xml, first_line, level_name, unmapped_clauses, Coverage, Outcome, Report, ResultEntry,
     Status,
@@ -27,7 +27,25 @@ fn at(s: &str) -> String {
     escape_xml(s, true)
 }
 
-pub(super) fn render(reports: &[Report], interop: &[InteropEntry], spec: &SpecMap) -> String {
+impl Report {
+    /// A self-contained HTML page (inline CSS and a little inline JS, no
+    /// external resources): a summary per implementation and a clause by
+    /// implementation matrix grouped by source section; each clause row opens
+    /// onto its cases with their verdicts and failure details.
+    pub fn to_html(reports: &[Report], spec: &SpecMap) -> String {
+        render(reports, &[], spec)
+    }
+}
+
+impl RunReport {
+    /// The HTML page: failure groups, implementations, the interop matrix,
+    /// the clause × implementation matrix.
+    pub fn to_html(&self, spec: &SpecMap) -> String {
+        render(&self.implementations, &self.interop, spec)
+    }
+}
+
+fn render(reports: &[Report], interop: &[InteropEntry], spec: &SpecMap) -> String {
     let mut out = String::new();
     let names: Vec<String> = reports
         .iter()
@@ -107,9 +125,9 @@ fn header(out: &mut String, reports: &[Report], spec: &SpecMap) {
 
 fn count_cell(n: usize) -> String {
     if n == 0 {
-        "<td class=\"num zero\">0</td>".to_owned()
+        "<td class=\"num count zero\">0</td>".to_owned()
     } else {
-        format!("<td class=\"num\">{n}</td>")
+        format!("<td class=\"num count\">{n}</td>")
     }
 }
 
@@ -138,7 +156,7 @@ fn implementations(out: &mut String, reports: &[Report], spec: &SpecMap) {
         };
         let _ = write!(
             out,
-            "<tr><td><b>{}</b> <span class=\"ver\">{}</span><div class=\"note\">{does}</div></td>",
+            "<tr><td class=\"name\"><b>{}</b> <span class=\"ver\">{}</span><div class=\"note\">{does}</div></td>",
             h(&imp.name),
             h(&imp.version),
         );
@@ -147,7 +165,7 @@ fn implementations(out: &mut String, reports: &[Report], spec: &SpecMap) {
         }
         let _ = write!(
             out,
-            "<td class=\"num\"><b>{}</b></td><td><div class=\"bar\">",
+            "<td class=\"num count\"><b>{}</b></td><td class=\"trials\"><div class=\"bar\">",
             s.total
         );
         for o in Outcome::ALL {
@@ -201,7 +219,7 @@ fn implementations(out: &mut String, reports: &[Report], spec: &SpecMap) {
                 failing.len()
             );
         }
-        out.push_str("</td><td>");
+        out.push_str("</td><td class=\"result\">");
         if r.conforming {
             out.push_str("<span class=\"verdict ok\">conforming</span>");
         } else {
@@ -790,9 +808,9 @@ fn interop_section(out: &mut String, reports: &[Report], interop: &[InteropEntry
         .map(|r| r.implementation.name.as_str())
         .collect();
     let (writers, readers, counts) = interop_matrix(&names, interop);
-    out.push_str("<section>\n<h2>Interop: writer × reader</h2>\n<p class=\"meta\">Positive cases the row's implementation wrote, the harness's inspection accepted, and the column's implementation read back as the fixture (passed / judged).</p>\n<table class=\"impls\">\n<thead><tr><th>writer \\ reader</th>");
+    out.push_str("<section>\n<h2>Interop: writer × reader</h2>\n<p class=\"meta\">Positive cases the row's implementation wrote, the harness's inspection accepted, and the column's implementation read back as the fixture (passed / judged).</p>\n<table class=\"impls interop\">\n<thead><tr><th>writer \\ reader</th>");
     for r in &readers {
-        let _ = write!(out, "<th>{}</th>", h(r));
+        let _ = write!(out, "<th class=\"num\">{}</th>", h(r));
     }
     out.push_str("</tr></thead>\n<tbody>\n");
     for w in &writers {
@@ -848,7 +866,7 @@ fn interop_section(out: &mut String, reports: &[Report], interop: &[InteropEntry
         .collect();
     let _ = write!(
         out,
-        "<details><summary>Per case ({} cases)</summary>\n<table class=\"impls\">\n<thead><tr><th>case</th>",
+        "<details><summary>Per case ({} cases)</summary>\n<table class=\"impls pairs\">\n<thead><tr><th>case</th>",
         cases.len()
     );
     for (w, r) in &pairs {
@@ -856,7 +874,12 @@ fn interop_section(out: &mut String, reports: &[Report], interop: &[InteropEntry
     }
     out.push_str("</tr></thead>\n<tbody>\n");
     for (case, by_pair) in &cases {
-        let _ = write!(out, "<tr><td><code>{}</code></td>", h(case));
+        // A break may come after each `::` of a long case name.
+        let _ = write!(
+            out,
+            "<tr><td class=\"case\"><code>{}</code></td>",
+            h(case).replace("::", "::<wbr>")
+        );
         for pair in &pairs {
             match by_pair.get(pair) {
                 Some(e) => {

@@ -54,7 +54,25 @@ fn comment(out: &mut String, lines: &[String]) {
     }
 }
 
-pub(super) fn render(report: &Report) -> String {
+impl Report {
+    /// JUnit XML: one `<testsuite>` per module, one `<testcase
+    /// name="case::direction" classname="module">` per trial; `<failure>`
+    /// for fail and unexpected pass, `<error>` for error, `<skipped>` for
+    /// unsupported and expected failures.
+    pub fn to_junit(&self) -> String {
+        render(self)
+    }
+}
+
+impl RunReport {
+    /// JUnit XML: one `<testsuite>` per implementation and module, and one
+    /// for the interop trials.
+    pub fn to_junit(&self) -> String {
+        render_run(self)
+    }
+}
+
+fn render(report: &Report) -> String {
     let imp = &report.implementation;
     let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     comment(&mut out, &[report.conformance_line()]);
@@ -72,7 +90,7 @@ pub(super) fn render(report: &Report) -> String {
 /// each implementation's modules as `<testsuite name="implementation:
 /// module">` (classname `implementation.module`), then one testsuite of the
 /// interop trials (`case::interop::writer->reader`).
-pub(super) fn render_run(run: &RunReport) -> String {
+fn render_run(run: &RunReport) -> String {
     if let [only] = run.implementations.as_slice() {
         if run.interop.is_empty() {
             return render(only);

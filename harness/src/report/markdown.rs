@@ -11,7 +11,28 @@ use crate::suite::{Basis, Clause, Level, SpecMap};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-pub(super) fn render(report: &Report, spec: &SpecMap) -> String {
+impl Report {
+    /// Markdown for a pull request: a summary table, the unexpected results
+    /// with their details (fenced), the expected failures, and a coverage
+    /// table with every clause of `spec`. Sorted, no timestamps.
+    pub fn to_markdown(&self, spec: &SpecMap) -> String {
+        render(self, spec)
+    }
+}
+
+impl RunReport {
+    /// Markdown: for one implementation without interop, its own report;
+    /// otherwise the failure groups first, then each implementation's
+    /// summary, the interop matrix and the clause × implementation table.
+    pub fn to_markdown(&self, spec: &SpecMap) -> String {
+        match self.implementations.as_slice() {
+            [only] if self.interop.is_empty() => render(only, spec),
+            _ => render_run(self, spec),
+        }
+    }
+}
+
+fn render(report: &Report, spec: &SpecMap) -> String {
     let mut out = String::new();
     header(&mut out, report);
     unexpected(&mut out, report);
@@ -415,7 +436,7 @@ fn coverage(out: &mut String, report: &Report, spec: &SpecMap) {
 /// Markdown of a run of several implementations: the failure groups of
 /// all of them first, then a summary per implementation, the interop
 /// matrix and its failures, and the clause × implementation table.
-pub(super) fn render_run(run: &RunReport, spec: &SpecMap) -> String {
+fn render_run(run: &RunReport, spec: &SpecMap) -> String {
     let mut out = String::new();
     let names = run.names();
     let _ = writeln!(out, "# Conformance report: {}\n", text(&names.join(", ")));

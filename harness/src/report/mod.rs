@@ -19,6 +19,14 @@
 //!   implementation matrix, for one or several reports (`report.html`);
 //! - [`diff::ReportDiff`]: what changed between two reports, for review.
 //!
+//! Layers, bottom up, no file importing one above it: the data (this
+//! file: [`Report`] and its parts; `run.rs`: [`run::RunReport`];
+//! `groups.rs`: failures grouped by cause); the renderers (`junit.rs`,
+//! `markdown.rs`, `html.rs`, `diff.rs`), each adding its `to_*` methods to
+//! the data types in its own file; `files.rs`, which writes the four
+//! files of a run. So the data depends on no renderer, and a new form is
+//! one new file.
+//!
 //! Outcomes: a trial's [`Verdict`] is the harness's judgement; its
 //! [`Outcome`] adds the expectations. A failure (fail or error) named in the
 //! expectations is an *expected failure*; a trial named there that passes is
@@ -32,6 +40,7 @@
 //! `not covered` otherwise (an alarm for a `must`).
 
 pub mod diff;
+mod files;
 pub mod groups;
 mod html;
 mod junit;
@@ -612,42 +621,6 @@ impl Report {
     /// Reads a report written by [`Report::to_json`].
     pub fn from_json(text: &str) -> Result<Report, String> {
         serde_json::from_str(text).map_err(|e| format!("report: {e}"))
-    }
-
-    /// JUnit XML: one `<testsuite>` per module, one `<testcase
-    /// name="case::direction" classname="module">` per trial; `<failure>`
-    /// for fail and unexpected pass, `<error>` for error, `<skipped>` for
-    /// unsupported and expected failures.
-    pub fn to_junit(&self) -> String {
-        junit::render(self)
-    }
-
-    /// Markdown for a pull request: a summary table, the unexpected results
-    /// with their details (fenced), the expected failures, and a coverage
-    /// table with every clause of `spec`. Sorted, no timestamps.
-    pub fn to_markdown(&self, spec: &SpecMap) -> String {
-        markdown::render(self, spec)
-    }
-
-    /// A self-contained HTML page (inline CSS and a little inline JS, no
-    /// external resources): a summary per implementation and a clause by
-    /// implementation matrix grouped by source section; each clause row opens
-    /// onto its cases with their verdicts and failure details.
-    pub fn to_html(reports: &[Report], spec: &SpecMap) -> String {
-        html::render(reports, &[], spec)
-    }
-
-    /// Writes report.json, junit.xml, report.md, report.html into `dir` (created if missing).
-    pub fn write_all(&self, dir: &Path, spec: &SpecMap) -> std::io::Result<()> {
-        std::fs::create_dir_all(dir)?;
-        std::fs::write(dir.join("report.json"), self.to_json())?;
-        std::fs::write(dir.join("junit.xml"), self.to_junit())?;
-        std::fs::write(dir.join("report.md"), self.to_markdown(spec))?;
-        std::fs::write(
-            dir.join("report.html"),
-            Report::to_html(std::slice::from_ref(self), spec),
-        )?;
-        Ok(())
     }
 
     /// The trials of cases that list `clause`.

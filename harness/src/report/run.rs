@@ -4,7 +4,7 @@
 //! `docs/schemas/report.schema.json`); a single-implementation report of
 //! format 1 (a [`Report`] alone) is read as a run of one.
 
-use super::{groups, html, junit, markdown, Expectations, Outcome, Report, SuiteInfo};
+use super::{groups, Expectations, Outcome, Report, SuiteInfo};
 use crate::interop::InteropResult;
 use crate::runner::Verdict;
 use crate::suite::{Basis, SpecMap};
@@ -293,38 +293,6 @@ impl RunReport {
     /// The unexpected results of every implementation, grouped by cause.
     pub fn failure_groups(&self) -> Vec<groups::FailureGroup<'_>> {
         groups::failure_groups(&self.implementations)
-    }
-
-    /// Markdown: for one implementation without interop, its own report;
-    /// otherwise the failure groups first, then each implementation's
-    /// summary, the interop matrix and the clause × implementation table.
-    pub fn to_markdown(&self, spec: &SpecMap) -> String {
-        match self.implementations.as_slice() {
-            [only] if self.interop.is_empty() => only.to_markdown(spec),
-            _ => markdown::render_run(self, spec),
-        }
-    }
-
-    /// The HTML page: failure groups, implementations, the interop matrix,
-    /// the clause × implementation matrix.
-    pub fn to_html(&self, spec: &SpecMap) -> String {
-        html::render(&self.implementations, &self.interop, spec)
-    }
-
-    /// JUnit XML: one `<testsuite>` per implementation and module, and one
-    /// for the interop trials.
-    pub fn to_junit(&self) -> String {
-        junit::render_run(self)
-    }
-
-    /// Writes report.json, junit.xml, report.md, report.html into `dir` (created if missing).
-    pub fn write_all(&self, dir: &Path, spec: &SpecMap) -> std::io::Result<()> {
-        std::fs::create_dir_all(dir)?;
-        std::fs::write(dir.join("report.json"), self.to_json())?;
-        std::fs::write(dir.join("junit.xml"), self.to_junit())?;
-        std::fs::write(dir.join("report.md"), self.to_markdown(spec))?;
-        std::fs::write(dir.join("report.html"), self.to_html(spec))?;
-        Ok(())
     }
 }
 

@@ -759,7 +759,7 @@ fn sample_reports(layout: &crate::suite::Layout, suites: &[crate::suite::Suite])
         let mut expected = String::new();
         for suite in suites {
             for (k, case) in suite.cases.iter().enumerate() {
-                for direction in case.directions(&layout.fixtures) {
+                for direction in case.directions(layout) {
                     let mut t = trial(&case.id, direction, case.kind, &[], Verdict::Pass, "");
                     t.module = suite.module.clone();
                     t.trial = crate::runner::trial_name(&suite.module, &case.id, direction);

@@ -1,6 +1,9 @@
 //! Tests of the harness itself (the suites run in `tests/suite.rs`).
 //!
 //! Index:
+//! - `alone`: a copy of the binary alone in an empty directory carries its
+//!   suites, fixtures and spec map (`--version` names them) and runs every
+//!   command; `--root` runs a tree being edited.
 //! - `broken`: implementations that each break one rule are caught by the
 //!   cases covering that rule, and pass the rest; `harness report diff`
 //!   lists exactly the trials one broken rule changes.
@@ -10,6 +13,8 @@
 //!   checked; `harness trace` shows a clause, its cases and verdicts.
 //!   (The Python template adapter's run is `tests/python_adapter.rs`, a
 //!   driver that reports it ignored where `python3` lacks what it needs.)
+//! - `layering`: the files of `harness/src` import each other in no cycle (a
+//!   module file may reach down into its parts); the report's data imports no renderer.
 //! - `many`: the reference and several adapters side by side, every
 //!   writer × reader interop pair, a crashing and a hanging adapter beside
 //!   good ones, a reader dropping the last record as one failure group at
@@ -21,6 +26,12 @@
 //!   is an error naming it.
 //! - `subprocess`: the reference as a subprocess gives the same verdicts as
 //!   in process.
+//! - `protocol`: every message has a schema in `docs/schemas/`; a whole
+//!   run's traffic follows them, judged by `jsonschema` and by the
+//!   harness's own validator alike, which agree on broken messages too.
+//! - `smoke`: `harness smoke` passes working adapters and fails each
+//!   deliberately broken one with the sentence that says what to fix;
+//!   `harness run` points to it when an adapter fails from the start.
 //! - `snapshots`: the reference's Markdown report and refusal messages; a
 //!   reworded refusal message is a snapshot diff of its one line.
 //! - `spec_map`: every `must` clause is covered by a passing case or waived;
@@ -28,12 +39,16 @@
 //! - `workflow`: the forge's CI workflow parses and runs only commands that
 //!   `.ci/run` or these tests also run.
 
+mod alone;
 mod broken;
 mod cli;
 mod common;
 mod corrupt;
 mod hostile;
+mod layering;
 mod many;
+mod protocol;
+mod smoke;
 mod snapshots;
 mod spec_map;
 mod subprocess;

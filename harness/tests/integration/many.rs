@@ -399,8 +399,9 @@ fn merged_runs_match_one_run_and_mismatched_suites_are_refused() {
 
 /// Every `cargo` command that README.md, docs/ and adapters/python/README.md
 /// quote uses `--release` (the build of the README's first command), and
-/// every `harness` command line among them is one the harness accepts
-/// (run with `--help` appended: an unknown option or subcommand fails).
+/// every `harness` command line among them, through `cargo run` or the
+/// installed binary in a shell block, is one the harness accepts (run with
+/// `--help` appended: an unknown option or subcommand fails).
 #[test]
 fn documented_commands_use_release_and_parse() {
     let mut checked = 0;
@@ -408,7 +409,37 @@ fn documented_commands_use_release_and_parse() {
         let text = std::fs::read_to_string(doc)
             .expect("doc")
             .replace("\\\n", " ");
+        let mut in_shell = false;
         for line in text.lines() {
+            if line.trim_start().starts_with("```") {
+                in_shell = line.trim_start() == "```sh";
+                continue;
+            }
+            // `harness …` in a shell block: the installed binary's command line.
+            if let Some(args) = line
+                .trim_start()
+                .strip_prefix("harness ")
+                .filter(|_| in_shell)
+            {
+                let args = args.split('#').next().unwrap_or(args);
+                let args = shell_words(&args.replace(['[', ']'], ""));
+                let out = harness(
+                    &args
+                        .iter()
+                        .map(String::as_str)
+                        .chain(["--help"])
+                        .collect::<Vec<_>>(),
+                );
+                assert!(
+                    out.status.success(),
+                    "{}: `harness {}` is refused: {}",
+                    doc.display(),
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                checked += 1;
+                continue;
+            }
             for (at, _) in line
                 .match_indices("cargo run")
                 .chain(line.match_indices("cargo test"))

@@ -152,7 +152,7 @@ fn a_reworded_refusal_message_is_a_snapshot_diff() {
 fn golden_files_read_back_as_their_dumps() {
     use harness::adapter::Outcome;
     let layout = Layout::repository();
-    let dir = layout.fixtures.join("golden");
+    let dir = layout.root().expect("a tree").join("fixtures/golden");
     let work = harness::runner::scratch_dir("golden-dumps");
     std::fs::create_dir_all(&work).expect("scratch");
     let mut reference = Reference::new();

@@ -58,6 +58,50 @@ pub fn end_all_adapters(grace: Duration) {
     }
 }
 
+/// Spawns `sh -c command` as every adapter runs: in a process group of its
+/// own (so a kill reaches whatever `sh` started), its three streams piped.
+pub(crate) fn spawn_adapter(
+    command: &str,
+) -> Result<(Child, ChildStdin, ChildStdout, ChildStderr), String> {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(command)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        cmd.process_group(0);
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot spawn `sh -c {command:?}`: {e}"))?;
+    match (child.stdin.take(), child.stdout.take(), child.stderr.take()) {
+        (Some(stdin), Some(stdout), Some(stderr)) => Ok((child, stdin, stdout, stderr)),
+        _ => {
+            kill_and_reap(&mut child);
+            Err("the process has no stdin, stdout or stderr pipe".to_string())
+        }
+    }
+}
+
+/// Puts a running adapter's process group (and the way to its stdin) in
+/// the registry [`end_all_adapters`] empties; [`kill_and_reap`] takes it out.
+pub(crate) fn register_adapter(group: u32, requests: Sender<String>) {
+    running().push(Running { group, requests });
+}
+
+/// Lets the registry's handle on an adapter's stdin go, so that stdin
+/// closes once its owner drops its own (end of input for the adapter),
+/// while the group stays registered for [`end_all_adapters`].
+pub(crate) fn release_adapter_stdin(group: u32) {
+    let (dead, _) = mpsc::channel();
+    for r in running().iter_mut().filter(|r| r.group == group) {
+        r.requests = dead.clone();
+    }
+}
+
 impl Live {
     /// Spawns the process and reads its greeting.
     pub(super) fn start(
@@ -65,37 +109,12 @@ impl Live {
         timeout: Duration,
         max_answer_bytes: u64,
     ) -> Result<(Live, Description), String> {
-        let mut cmd = Command::new("sh");
-        cmd.arg("-c")
-            .arg(command)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        #[cfg(unix)]
-        {
-            // Its own process group, so a kill reaches whatever `sh` started.
-            use std::os::unix::process::CommandExt;
-            cmd.process_group(0);
-        }
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot spawn `sh -c {command:?}`: {e}"))?;
-        let (stdin, stdout, stderr) =
-            match (child.stdin.take(), child.stdout.take(), child.stderr.take()) {
-                (Some(stdin), Some(stdout), Some(stderr)) => (stdin, stdout, stderr),
-                _ => {
-                    kill_and_reap(&mut child);
-                    return Err("the process has no stdin, stdout or stderr pipe".to_string());
-                }
-            };
+        let (mut child, stdin, stdout, stderr) = spawn_adapter(command)?;
         let tail = Arc::new(Mutex::new(Tail::new(STDERR_TAIL_BYTES)));
         let (request_tx, request_rx) = mpsc::channel();
         let (event_tx, events) = mpsc::sync_channel(LINES_AHEAD);
         let (done_tx, stderr_done) = mpsc::channel();
-        running().push(Running {
-            group: child.id(),
-            requests: request_tx.clone(),
-        });
+        register_adapter(child.id(), request_tx.clone());
         let threads = spawn_thread("adapter-stdin", move || feed_stdin(stdin, request_rx))
             .and_then(|()| {
                 spawn_thread("adapter-stdout", move || {
@@ -199,7 +218,7 @@ impl Live {
 
 /// Kills the process's group (it leads one) and the process, then reaps it.
 /// The group is signalled before the reap, so its id cannot have been reused.
-pub(super) fn kill_and_reap(child: &mut Child) -> String {
+pub(crate) fn kill_and_reap(child: &mut Child) -> String {
     let group = child.id();
     running().retain(|r| r.group != group);
     kill_group(group);

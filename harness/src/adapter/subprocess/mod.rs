@@ -43,6 +43,7 @@ mod tests;
 
 pub use live::end_all_adapters;
 use live::*;
+pub(crate) use live::{kill_and_reap, register_adapter, release_adapter_stdin, spawn_adapter};
 
 /// The default time an implementation has to greet and to answer each
 /// request. With [`DEFAULT_MAX_FAILURES`], an adapter that hangs on every
@@ -93,7 +94,7 @@ impl Default for Limits {
 }
 
 /// How long a process has to exit after `bye` before it is killed.
-const BYE_GRACE: Duration = Duration::from_secs(1);
+pub const BYE_GRACE: Duration = Duration::from_secs(1);
 
 /// How long to wait for the stderr reader to drain after a kill.
 const STDERR_SETTLE: Duration = Duration::from_millis(500);
