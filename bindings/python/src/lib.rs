@@ -175,6 +175,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ASE_MAPPING", mrec_import::mapping::MAPPING_JSON)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
     m.add_function(wrap_pyfunction!(write_manifest, m)?)?;
+    m.add_function(wrap_pyfunction!(import::import_aselmdb, m)?)?;
     m.add_function(wrap_pyfunction!(read::_after_fork_in_child, m)?)?;
     Ok(())
 }
