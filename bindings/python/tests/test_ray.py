@@ -34,6 +34,9 @@ from ray.data import DataContext  # noqa: E402
 
 MOLECULES = ["H2O", "CH4", "NH3", "C6H6", "CO2", "CH3OH"]
 
+# Ray's DataContext warns of its own deprecated settings when it is copied.
+pytestmark = pytest.mark.filterwarnings("ignore:.*deprecated.*:DeprecationWarning:ray.data.context")
+
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:

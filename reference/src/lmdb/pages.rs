@@ -596,7 +596,11 @@ fn release_map(map: &Mmap) {
     // SAFETY: the range is exactly the live read-only shared file mapping
     // `map`; MADV_DONTNEED on it only drops page-table entries (see above).
     unsafe {
-        libc::madvise(map.as_ptr() as *mut libc::c_void, map.len(), libc::MADV_DONTNEED);
+        libc::madvise(
+            map.as_ptr() as *mut libc::c_void,
+            map.len(),
+            libc::MADV_DONTNEED,
+        );
     }
     #[cfg(not(target_os = "linux"))]
     let _ = map;

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
-import numpy as np
 
 from . import _native
 
@@ -96,7 +95,12 @@ class Collection:
 
     def _is_set(self, native: "_native.NativeReader") -> bool:
         """Whether the sources name a set rather than one file."""
-        return len(self._sources) > 1 or native.n_shards > 1 or not os.path.isfile(self._sources[0])
+        return (
+            len(self._sources) > 1
+            or native.n_shards > 1
+            or native.manifest_path is not None
+            or not os.path.isfile(self._sources[0])
+        )
 
     def __getstate__(self) -> Dict[str, Any]:
         state: Dict[str, Any] = {"path": self._path, "checked": self._checked}

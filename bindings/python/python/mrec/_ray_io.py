@@ -142,7 +142,9 @@ def _job_files(out_dir: str, job: str) -> List[str]:
     return sorted(glob.glob(os.path.join(glob.escape(out_dir), f"*{job}*")))
 
 
-def _remove(paths: Sequence[str]) -> None:
+def remove_files(paths: Sequence[str]) -> None:
+    """Removes each file, and its lock file and partial file, where they
+    exist."""
     for p in paths:
         for q in (p, p + "-lock", p + ".partial", p + ".partial-lock"):
             try:
@@ -165,7 +167,7 @@ def start_set(out_dir: str, job: str, overwrite: bool) -> None:
         with open(manifest) as f:
             old = json.load(f)
         os.remove(manifest)
-        _remove([os.path.join(out_dir, s["file"]) for s in old.get("shards", []) if "/" not in s.get("file", "/")])
+        remove_files([os.path.join(out_dir, s["file"]) for s in old.get("shards", []) if "/" not in s.get("file", "/")])
     pending = os.path.join(out_dir, PENDING)
     if os.path.exists(pending):
         try:
@@ -174,7 +176,7 @@ def start_set(out_dir: str, job: str, overwrite: bool) -> None:
         except (OSError, ValueError):
             stale = None
         if isinstance(stale, str) and stale:
-            _remove(_job_files(out_dir, stale))
+            remove_files(_job_files(out_dir, stale))
     temp = pending + f".{os.getpid()}.tmp"
     with open(temp, "w") as f:
         json.dump({"job": job, "started": time.time()}, f)
@@ -184,7 +186,7 @@ def start_set(out_dir: str, job: str, overwrite: bool) -> None:
 def fail_set(out_dir: str, job: str) -> None:
     """Removes what ``job`` wrote and its pending marker: no manifest, no
     shard of it left."""
-    _remove([p for p in _job_files(out_dir, job) if not p.endswith(PENDING)])
+    remove_files([p for p in _job_files(out_dir, job) if not p.endswith(PENDING)])
     try:
         with open(os.path.join(out_dir, PENDING)) as f:
             ours = json.load(f).get("job") == job

@@ -19,7 +19,9 @@
 On a cluster: ``ray start --head`` on one machine, ``ray start
 --address=HEAD:6379`` on the others, ``ray.init(address="auto")`` in the
 driver; the sources and the output directory on a file system every node
-mounts.
+mounts. One command converts a directory of shards::
+
+    python -m mrec.ray import train/ train-set/ [--address auto] [--group-by KEY ...]
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ try:
     import ray.data
 except ImportError as e:  # pragma: no cover - depends on the machine
     raise ImportError('mrec.ray needs Ray Data: pip install "mrec[ray]" (ray[data] and pyarrow)') from e
+
+import argparse
+import sys
 
 from . import _ray_io
 from ._ase_import import ImportReport
@@ -174,13 +179,13 @@ def import_ase(
     except BaseException:
         for r in refs:
             ray.cancel(r, force=True)
-        _ray_io._remove(outputs)
+        _ray_io.remove_files(outputs)
         _ray_io.fail_set(out_dir, job)
         raise
     try:
         _ray_io.finish_set(out_dir, outputs)
     except BaseException:
-        _ray_io._remove(outputs)
+        _ray_io.remove_files(outputs)
         _ray_io.fail_set(out_dir, job)
         raise
     return _merged(reports, out_dir)
@@ -208,3 +213,42 @@ def _merged(reports: List[Dict[str, Any]], out_dir: str) -> ImportReport:
         secs=max((r.get("secs", 0.0) for r in reports), default=0.0),
         **counts,
     )
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m mrec.ray import SOURCES... OUT_DIR``: :func:`import_ase`
+    on the Ray cluster at ``--address`` (default: a local one)."""
+    ap = argparse.ArgumentParser(prog="python -m mrec.ray", description="Sharded sets on Ray Data (docs/shards.md).")
+    sub = ap.add_subparsers(dest="command", required=True)
+    imp = sub.add_parser("import", help="ASE-LMDB shards (or files ASE reads) into a sharded set, one task per source")
+    imp.add_argument("paths", nargs="+", help="sources (files, directories of *.aselmdb, patterns), then the output directory")
+    imp.add_argument("--address", help='the Ray cluster ("auto" for the one this machine joined; default: a local one)')
+    imp.add_argument("--group-by")
+    imp.add_argument("--order-by")
+    imp.add_argument("--index-column", action="append", default=[], dest="index_columns")
+    imp.add_argument("--skip-bad", action="store_true")
+    imp.add_argument("--overwrite", action="store_true")
+    imp.add_argument("--num-cpus", type=float, default=1, help="CPUs per task (default 1)")
+    imp.add_argument("--threads", type=int, default=1, help="reader threads per task (default 1)")
+    args = ap.parse_args(argv)
+    if len(args.paths) < 2:
+        ap.error("give the sources, then the output directory")
+    ray.init(address=args.address, log_to_driver=False)
+    report = import_ase(
+        args.paths[:-1],
+        args.paths[-1],
+        group_by=args.group_by,
+        order_by=args.order_by,
+        index_columns=args.index_columns,
+        skip_bad=args.skip_bad,
+        overwrite=args.overwrite,
+        num_cpus=args.num_cpus,
+        threads=args.threads,
+    )
+    print(report, end="")
+    print(f"took {report.secs:.1f} s in the slowest task", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
