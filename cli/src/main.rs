@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicU8, Ordering::SeqCst};
 
 mod import_bench;
+mod show;
 use mrec_import as import;
 
 /// mimalloc, not the system's allocator: reading a record whole makes and
@@ -22,9 +23,10 @@ static ALLOCATOR: mrec_cli::allocator::Mimalloc = mrec_cli::allocator::Mimalloc;
 
 const EXIT_HELP: &str = "Exit codes:
   0  success (for `validate`: the file conforms)
-  1  refused: the input breaks a spec clause (each printed on stderr as [clause-id])
+  1  refused: the input breaks a spec clause (each printed on stderr as [clause-id]),
+     or files that do not form one sharded set (`set (problem): shard NAME: ...`)
   2  usage error
-  3  i/o or environment error (missing file, full disk, lock held)
+  3  i/o or environment error (missing file or shard, full disk, lock held)
   4  `mrec import`: bad input (a row that is not what ASE writes), named by shard and key";
 
 /// Write, dump, inspect and validate molrec collection files (`*.mrec.lmdb`).
@@ -54,14 +56,21 @@ enum Command {
         page_size: u32,
     },
     /// Print the logical content (frames resolved) as canonical JSON.
+    ///
+    /// Of a sharded set (docs/shards.md): the set as one collection, its
+    /// first shard's document, every record in order.
     Dump {
-        /// A `.mrec.lmdb` file.
-        file: PathBuf,
+        /// A `.mrec.lmdb` file, or a set: several files, a directory, a
+        /// glob pattern, a manifest.
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
     },
-    /// Summarize a collection file.
+    /// Summarize a collection file or a sharded set.
     Info {
-        /// A `.mrec.lmdb` file.
-        file: PathBuf,
+        /// A `.mrec.lmdb` file, or a set: several files, a directory, a
+        /// glob pattern, a manifest.
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
     },
     /// Check a file against the spec; list every violation found.
     ///
@@ -71,9 +80,20 @@ enum Command {
     /// the grid of its declared precision: the writer's defect) follow
     /// them as `[clause-id] (should) where: what` and leave the exit
     /// status alone.
+    ///
+    /// Of a sharded set: each shard's, named, and what the set requires
+    /// (one declaration, shards as the manifest says, own index columns
+    /// that line up).
     Validate {
-        /// A `.mrec.lmdb` file.
-        file: PathBuf,
+        /// A `.mrec.lmdb` file, or a set: several files, a directory, a
+        /// glob pattern, a manifest.
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
+    },
+    /// Sharded sets: many collection files read as one (docs/shards.md).
+    Set {
+        #[command(subcommand)]
+        command: SetCommand,
     },
     /// Import another format into a new collection (docs/import.md).
     Import {
@@ -106,6 +126,17 @@ enum Command {
         /// No progress bars or phase lines on stderr.
         #[arg(long)]
         quiet: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum SetCommand {
+    /// Write the manifest (`mrec-set.json`) of the `*.mrec.lmdb` files of
+    /// DIR: each shard's counts and size, the digest of the declaration
+    /// they share (refused, naming the shard, when one differs).
+    Manifest {
+        /// The shards' directory.
+        dir: PathBuf,
     },
 }
 
@@ -190,9 +221,12 @@ fn main() -> ExitCode {
                 page_size,
             },
         ),
-        Command::Dump { file } => dump(&file),
-        Command::Info { file } => info(&file),
-        Command::Validate { file } => return validate(&file),
+        Command::Dump { paths } => show::dump(&paths),
+        Command::Info { paths } => show::info(&paths),
+        Command::Validate { paths } => return show::validate(&paths),
+        Command::Set {
+            command: SetCommand::Manifest { dir },
+        } => show::write_manifest(&dir),
         Command::Adapter => adapter(),
         Command::Import { format } => return import_command(format),
         Command::Bench {
@@ -228,6 +262,8 @@ fn main() -> ExitCode {
 fn exit_code(e: &Error) -> ExitCode {
     match e {
         Error::Refused { .. } | Error::Uncommitted => ExitCode::from(1),
+        Error::Set { problem, .. } if *problem != molrec::SetProblem::Missing => ExitCode::from(1),
+        Error::InShard { error, .. } => exit_code(error),
         _ => ExitCode::from(3),
     }
 }
@@ -722,127 +758,6 @@ fn import_command(command: ImportCommand) -> ExitCode {
             }
         }
     }
-}
-
-fn dump(file: &Path) -> Result<(), Error> {
-    let collection = Reader::open_checked(file)?.read_collection()?;
-    let mut out = std::io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, &collection_to_json(&collection))
-        .map_err(|e| Error::Io(e.into()))?;
-    writeln!(out)?;
-    Ok(())
-}
-
-fn info(file: &Path) -> Result<(), Error> {
-    let reader = Reader::open_checked(file)?;
-    let size = std::fs::metadata(file)?.len();
-    let units = reader
-        .collection_meta()
-        .get("units")
-        .cloned()
-        .unwrap_or(Value::Null);
-    let schema = reader.schema();
-    let blocks: Vec<String> = schema
-        .blocks
-        .iter()
-        .map(|(name, b)| {
-            format!(
-                "{name}({})",
-                b.columns.keys().cloned().collect::<Vec<_>>().join(", ")
-            )
-        })
-        .collect();
-    let meta: Vec<String> = schema
-        .meta
-        .iter()
-        .map(|(k, d)| format!("{k}:{}", d.tag.name()))
-        .collect();
-    let index: Vec<String> = reader
-        .index_columns()?
-        .iter()
-        .map(|(k, c)| format!("{k}:{}", c.dtype()))
-        .collect();
-    println!("file          {} ({size} bytes)", file.display());
-    println!("records       {}", reader.n_records());
-    println!("frames        {}", reader.n_frames());
-    println!("units         {units}");
-    println!(
-        "blocks        {}",
-        if blocks.is_empty() {
-            "-".into()
-        } else {
-            blocks.join("; ")
-        }
-    );
-    println!(
-        "step meta     {}",
-        if meta.is_empty() {
-            "-".into()
-        } else {
-            meta.join(", ")
-        }
-    );
-    println!(
-        "own index     {}",
-        if index.is_empty() {
-            "-".into()
-        } else {
-            index.join(", ")
-        }
-    );
-    println!(
-        "force field   {}",
-        if reader.forcefield()?.is_some() {
-            "yes"
-        } else {
-            "no"
-        }
-    );
-    Ok(())
-}
-
-/// Opens the file, then reports `Reader::violations` (every failing part,
-/// not only the first: the exit status) and then `Reader::findings` (the
-/// `should`s broken, which readers accept: printed, never an exit status).
-fn validate(file: &Path) -> ExitCode {
-    let reader = match Reader::open_checked(file) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("mrec: {e}");
-            return exit_code(&e);
-        }
-    };
-    let violations = reader.violations();
-    let findings = reader.findings();
-    for v in &violations {
-        eprintln!("{v}");
-    }
-    for f in &findings {
-        eprintln!("{f}");
-    }
-    let should = match findings.len() {
-        0 => String::new(),
-        n => format!("; {n} finding(s) of level should (readers accept these)"),
-    };
-    if violations.is_empty() {
-        println!(
-            "{}: conforms ({} records, {} frames){should}",
-            file.display(),
-            reader.n_records(),
-            reader.n_frames()
-        );
-        return ExitCode::SUCCESS;
-    }
-    eprintln!(
-        "{}: {} violation(s){should}",
-        file.display(),
-        violations.len()
-    );
-    violations
-        .iter()
-        .map(exit_code)
-        .max_by_key(|c| format!("{c:?}"))
-        .unwrap_or(ExitCode::from(1))
 }
 
 /// `mrec bench`: runs the benchmark, prints the table, writes the JSON.

@@ -2,7 +2,7 @@
 
 use crate::clause::Clause;
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Everything that can go wrong while writing, reading or validating.
 #[derive(Debug)]
@@ -28,6 +28,66 @@ pub enum Error {
     /// An LMDB error that is not a property of the data (map full after
     /// growing, reader table full, ...).
     Lmdb(String),
+    /// A sharded set's own refusal ([`crate::lmdb::Set`]: this project's
+    /// extension, docs/shards.md, not a rule of the spec, so no clause):
+    /// `shard` names the file at fault (empty for the set as a whole),
+    /// `problem` the kind, `detail` what differs.
+    Set {
+        /// What kind of fault.
+        problem: SetProblem,
+        /// The shard's file name (or path), empty for the whole set.
+        shard: String,
+        /// What was seen, e.g. what differs between two declarations.
+        detail: String,
+    },
+    /// An error met in one shard of a set, with the shard's path.
+    InShard {
+        /// The shard's file.
+        shard: PathBuf,
+        /// What went wrong there.
+        error: Box<Error>,
+    },
+}
+
+/// What is wrong with a sharded set ([`Error::Set`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetProblem {
+    /// A shard's declaration (units, `sequence_schema`, force field)
+    /// differs from the first shard's.
+    Declaration,
+    /// A shard the manifest names is not there.
+    Missing,
+    /// A shard is not what the manifest says (size, counts, declaration).
+    Changed,
+    /// The manifest is not one (unreadable, too large, malformed).
+    Manifest,
+    /// A write of the set started and did not finish: no manifest, a
+    /// pending marker.
+    Incomplete,
+    /// No shard: an empty directory, a pattern that matches nothing.
+    Empty,
+    /// A file listed twice.
+    Duplicate,
+    /// The shards' own index columns do not line up (names, dtypes,
+    /// shapes, precisions).
+    Index,
+}
+
+impl SetProblem {
+    /// A short stable name: `declaration`, `missing`, `changed`,
+    /// `manifest`, `incomplete`, `empty`, `duplicate`, `index`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SetProblem::Declaration => "declaration",
+            SetProblem::Missing => "missing",
+            SetProblem::Changed => "changed",
+            SetProblem::Manifest => "manifest",
+            SetProblem::Incomplete => "incomplete",
+            SetProblem::Empty => "empty",
+            SetProblem::Duplicate => "duplicate",
+            SetProblem::Index => "index",
+        }
+    }
 }
 
 impl Error {
@@ -49,13 +109,35 @@ impl Error {
         ))
     }
 
+    /// A refusal of a sharded set.
+    pub fn set(problem: SetProblem, shard: impl Into<String>, detail: impl Into<String>) -> Error {
+        Error::Set {
+            problem,
+            shard: shard.into(),
+            detail: detail.into(),
+        }
+    }
+
+    /// This error, met in the shard at `shard` (an [`Error::Set`] names
+    /// its shard itself and is kept as it is).
+    pub fn in_shard(self, shard: &Path) -> Error {
+        match self {
+            e @ (Error::Set { .. } | Error::InShard { .. }) => e,
+            e => Error::InShard {
+                shard: shard.to_path_buf(),
+                error: Box::new(e),
+            },
+        }
+    }
+
     /// The clause this error enforces, if it is a refusal.
     pub fn clause(&self) -> Option<Clause> {
         match self {
             Error::Refused { clause, .. } => Some(*clause),
             Error::Uncommitted => Some(Clause::MetaRequired),
             Error::Busy(_) => Some(Clause::WriterExclusive),
-            Error::Io(_) | Error::Lmdb(_) => None,
+            Error::Io(_) | Error::Lmdb(_) | Error::Set { .. } => None,
+            Error::InShard { error, .. } => error.clause(),
         }
     }
 
@@ -92,6 +174,17 @@ impl fmt::Display for Error {
             Error::Busy(what) => write!(f, "[{}] {what}", Clause::WriterExclusive.id()),
             Error::Io(e) => write!(f, "i/o: {e}"),
             Error::Lmdb(e) => write!(f, "lmdb: {e}"),
+            Error::Set {
+                problem,
+                shard,
+                detail,
+            } if shard.is_empty() => write!(f, "set ({}): {detail}", problem.name()),
+            Error::Set {
+                problem,
+                shard,
+                detail,
+            } => write!(f, "set ({}): shard {shard}: {detail}", problem.name()),
+            Error::InShard { shard, error } => write!(f, "shard {}: {error}", shard.display()),
         }
     }
 }

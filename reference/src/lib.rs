@@ -20,7 +20,7 @@ pub mod validate;
 
 pub use clause::Clause;
 pub use dtype::DType;
-pub use error::{Error, Result};
+pub use error::{Error, Result, SetProblem};
 
 /// The README's Rust examples, compiled and run by `cargo test --doc`.
 #[cfg(doctest)]

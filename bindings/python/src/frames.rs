@@ -6,7 +6,7 @@
 use crate::acc::{BlockAcc, CellAcc, SystemAcc};
 use crate::convert::{column_to_numpy, document_to_py, json_to_py, vec_to_numpy};
 use molrec::arrays::StepSeries;
-use molrec::lmdb::{Reader, ResolvedFrame};
+use molrec::lmdb::{Set, SetFrame};
 use molrec::model::{Document, SequenceSchema};
 use molrec::{Clause, Error};
 use pyo3::prelude::*;
@@ -92,15 +92,15 @@ pub(crate) struct FramesAcc {
 
 impl FramesAcc {
     /// Frames `js` of the collection (each in range) read in one read
-    /// transaction; with `systems`, the systems of their records, and with
-    /// `record_meta`, each frame's record meta.
+    /// transaction (of each shard); with `systems`, the systems of their
+    /// records, and with `record_meta`, each frame's record meta.
     pub(crate) fn read(
-        reader: &Reader,
+        reader: &Set,
         js: &[u64],
         systems: bool,
         record_meta: bool,
     ) -> molrec::Result<Self> {
-        let schema = reader.schema();
+        let schema = reader.schema()?;
         let mut acc = FramesAcc {
             ordinals: Vec::with_capacity(js.len()),
             records: Vec::with_capacity(js.len()),
@@ -119,11 +119,7 @@ impl FramesAcc {
             system_index: Vec::with_capacity(js.len()),
             record_meta: record_meta.then(Vec::new),
         };
-        let txn = if record_meta {
-            Some(reader.txn()?)
-        } else {
-            None
-        };
+        let txn = record_meta.then(|| reader.txn());
         let mut i = 0usize;
         reader.frames(js, |frame| {
             acc.push(frame, js[i])?;
@@ -136,10 +132,11 @@ impl FramesAcc {
         Ok(acc)
     }
 
-    fn push(&mut self, frame: &ResolvedFrame<'_>, j: u64) -> molrec::Result<()> {
+    fn push(&mut self, at: &SetFrame<'_, '_>, j: u64) -> molrec::Result<()> {
+        let frame = at.frame;
         let n = self.ordinals.len();
         self.ordinals.push(j as i64);
-        self.records.push(frame.record as i64);
+        self.records.push(at.record as i64);
         self.positions.push(frame.position as i64);
         self.steps.push(frame.step);
         match (frame.time, &mut self.times) {
@@ -160,7 +157,7 @@ impl FramesAcc {
         self.cell.push(frame.cell.as_ref());
         if let Some(systems) = &mut self.systems {
             let next = self.system_of.len() as i64;
-            let index = *self.system_of.entry(frame.record).or_insert(next);
+            let index = *self.system_of.entry(at.record).or_insert(next);
             if index == next {
                 systems.add(frame.shared_system());
             }

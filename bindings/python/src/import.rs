@@ -47,6 +47,67 @@ fn import_err(e: ImportError, out: &Path) -> PyErr {
     }
 }
 
+/// An import's report as the dict `ImportReport` is made of.
+fn report_dict<'py>(
+    py: Python<'py>,
+    report: &mrec_import::Report,
+    out: &Path,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("text", report.text(out))?;
+    d.set_item("records", report.records())?;
+    d.set_item("frames", report.frames())?;
+    d.set_item("rows", report.rows_imported())?;
+    d.set_item("rows_read", report.rows_read())?;
+    for (section, counts) in report.counts() {
+        let m = PyDict::new(py);
+        for (what, n) in counts {
+            m.set_item(what, n)?;
+        }
+        d.set_item(section, m)?;
+    }
+    d.set_item("dropped_samples", report.dropped_samples().to_vec())?;
+    d.set_item("secs", report.secs)?;
+    Ok(d)
+}
+
+/// `mrec import aselmdb` from Python: the ASE-LMDB shards `inputs`
+/// (each page-checked first, in this process) into the collection `out`,
+/// with the GIL released; `threads` read and decode rows (the records are
+/// appended on the calling thread). Returns the report as a dict.
+#[pyfunction]
+#[pyo3(signature = (inputs, out, group_by=None, order_by=None, index_columns=Vec::new(), skip_bad=false, overwrite=false, threads=1, progress=false))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn import_aselmdb<'py>(
+    py: Python<'py>,
+    inputs: Vec<PathBuf>,
+    out: PathBuf,
+    group_by: Option<String>,
+    order_by: Option<String>,
+    index_columns: Vec<String>,
+    skip_bad: bool,
+    overwrite: bool,
+    threads: usize,
+    progress: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    guard(|| {
+        let mut options = Options::new(inputs, out);
+        options.group_by = group_by;
+        options.order_by = order_by;
+        options.index_columns = index_columns;
+        options.skip_bad = skip_bad;
+        options.progress = progress;
+        options.workers = threads.max(1);
+        options.writer.overwrite = overwrite;
+        options.interrupted = python_interrupted;
+        let result = without_gil(py, || mrec_import::run(&options));
+        let report = result
+            .map_err(|m| internal_error(&m))?
+            .map_err(|e| import_err(e, &options.out))?;
+        report_dict(py, &report, &options.out)
+    })
+}
+
 impl NativeAseImport {
     fn scratch_path(&self, k: usize) -> PathBuf {
         let name = self
@@ -182,21 +243,7 @@ impl NativeAseImport {
             let report = result
                 .map_err(|m| internal_error(&m))?
                 .map_err(|e| import_err(e, &self.options.out))?;
-            let d = PyDict::new(py);
-            d.set_item("text", report.text(&self.options.out))?;
-            d.set_item("records", report.records())?;
-            d.set_item("frames", report.frames())?;
-            d.set_item("rows", report.rows_imported())?;
-            d.set_item("rows_read", report.rows_read())?;
-            for (section, counts) in report.counts() {
-                let m = PyDict::new(py);
-                for (what, n) in counts {
-                    m.set_item(what, n)?;
-                }
-                d.set_item(section, m)?;
-            }
-            d.set_item("dropped_samples", report.dropped_samples().to_vec())?;
-            Ok(d)
+            report_dict(py, &report, &self.options.out)
         })
     }
 

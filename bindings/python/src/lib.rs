@@ -20,11 +20,12 @@ mod read;
 mod structures;
 mod write;
 
+use molrec::lmdb::{Set, SetOptions};
 use molrec::Error;
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyPermissionError};
 use pyo3::prelude::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Every Rust allocation of the extension (the arrays handed to NumPy are
 /// freed through it too: NumPy calls back into Rust to drop them).
@@ -118,6 +119,17 @@ pub(crate) fn to_py_err(e: Error, file: &Path) -> PyErr {
             }
         }
         Error::Lmdb(message) => errors_class_call(py, "LmdbError", (format!("{file}: {message}"),)),
+        Error::Set {
+            problem,
+            ref shard,
+            ref detail,
+        } => errors_class_call(
+            py,
+            "SetRefused",
+            (e.to_string(), problem.name(), shard.clone(), detail.clone()),
+        ),
+        // The shard's own error, about the shard's file.
+        Error::InShard { shard, error } => to_py_err(*error, &shard),
     })
 }
 
@@ -135,6 +147,24 @@ fn _panic_for_test(in_detached_thread: bool) -> PyResult<()> {
     })
 }
 
+/// Writes the manifest of the set of `shards` (files of `dir`, in this
+/// order) into `dir`, last: each shard is opened (its counts, its
+/// declaration, which must be the first's), then `mrec-set.json` is
+/// installed (temporary file, rename) and the pending marker removed.
+/// Returns the manifest's path.
+#[pyfunction]
+fn write_manifest(py: Python<'_>, shards: Vec<PathBuf>, dir: PathBuf) -> PyResult<PathBuf> {
+    guard(|| {
+        let at = dir.clone();
+        let written = without_gil(py, move || {
+            let set = Set::open_files(&shards, SetOptions::default())?;
+            set.manifest(&dir)?.install(&dir)
+        })
+        .map_err(|m| internal_error(&m))?;
+        written.map_err(|e| to_py_err(e, &at))
+    })
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("VERSION", molrec::VERSION)?;
@@ -144,6 +174,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<import::NativeAseImport>()?;
     m.add("ASE_MAPPING", mrec_import::mapping::MAPPING_JSON)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
+    m.add_function(wrap_pyfunction!(write_manifest, m)?)?;
+    m.add_function(wrap_pyfunction!(import::import_aselmdb, m)?)?;
     m.add_function(wrap_pyfunction!(read::_after_fork_in_child, m)?)?;
     Ok(())
 }

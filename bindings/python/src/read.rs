@@ -23,7 +23,7 @@ use crate::frames::FramesAcc;
 use crate::structures::{GatherError, Plan, StructuresAcc};
 use crate::{guard, internal_error, to_py_err, without_gil};
 use molrec::arrays::RecordArrays;
-use molrec::lmdb::Reader;
+use molrec::lmdb::{Set, SetOptions, ShardInfo};
 use molrec::model::{Block, Cell, Column, ColumnData, Frame};
 use molrec::model_json::{forcefield_to_json, schema_to_json};
 use molrec::Error;
@@ -34,11 +34,16 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 
-/// One open collection and the process that opened it.
+/// A shard as `NativeReader.parts` hands it to another process: its path,
+/// records, frames and bytes.
+type ShardParts = (PathBuf, u64, u64, u64);
+
+/// One open collection (a file, or a sharded set of files: a file is a set
+/// of one shard) and the process that opened it.
 struct Slot {
     pid: u32,
     path: PathBuf,
-    reader: RwLock<Option<Reader>>,
+    reader: RwLock<Option<Set>>,
     pages: PageWatch,
 }
 
@@ -60,7 +65,7 @@ struct PageWatch {
 impl PageWatch {
     const EVERY: u32 = 4;
 
-    fn after_read(&self, reader: &Reader) {
+    fn after_read(&self, reader: &Set) {
         if self.budget == 0 || self.reads.fetch_add(1, Ordering::Relaxed) % Self::EVERY != 0 {
             return;
         }
@@ -124,7 +129,7 @@ pub(crate) struct NativeReader {
 impl NativeReader {
     /// Runs `f` on the reader, refusing a closed one or one from another
     /// process.
-    fn with<T>(&self, f: impl FnOnce(&Reader) -> Result<T, Error>) -> PyResult<T> {
+    fn with<T>(&self, f: impl FnOnce(&Set) -> Result<T, Error>) -> PyResult<T> {
         if self.slot.pid != std::process::id() {
             return Err(PyRuntimeError::new_err(format!(
                 "{}: this reader was opened in process {} and is not usable after fork \
@@ -151,7 +156,7 @@ impl NativeReader {
     fn detached<T: Send>(
         &self,
         py: Python<'_>,
-        f: impl FnOnce(&Reader) -> Result<T, Error> + Send,
+        f: impl FnOnce(&Set) -> Result<T, Error> + Send,
     ) -> PyResult<T> {
         let slot = &self.slot;
         if slot.pid != std::process::id() {
@@ -178,48 +183,103 @@ impl NativeReader {
 
 #[pymethods]
 impl NativeReader {
-    /// Opens `path`; `checked` runs the page check first (a file from
-    /// elsewhere); `map_budget`: bytes of the file's pages this reader
+    /// Opens what `paths` name: one collection file, or a sharded set
+    /// (several files, a directory, a glob pattern, a manifest);
+    /// `checked` runs the page check of each file first (a file from
+    /// elsewhere); `map_budget`: bytes of the files' pages this reader
     /// keeps mapped before it gives them back (0: never).
     #[new]
-    #[pyo3(signature = (path, checked, map_budget=0))]
+    #[pyo3(signature = (paths, checked, map_budget=0))]
     fn new(
         py: Python<'_>,
-        path: PathBuf,
+        paths: Vec<PathBuf>,
         checked: bool,
         map_budget: u64,
     ) -> PyResult<NativeReader> {
         guard(|| {
-            if FORK_LEFTOVER.load(Ordering::SeqCst) {
-                return Err(PyRuntimeError::new_err(
-                    "a reader was in use by another thread when this process was forked: \
-                     its LMDB environment could not be closed here, so this process opens \
-                     no collection (open collections after fork, or fork while no thread reads)",
-                ));
-            }
-            let p = path.clone();
-            let reader = without_gil(py, move || {
-                if checked {
-                    Reader::open_checked(&p)
-                } else {
-                    Reader::open(&p)
-                }
+            opening_allowed()?;
+            let label = paths.first().cloned().unwrap_or_default();
+            let options = SetOptions { checked };
+            let set = without_gil(py, move || Set::open(&paths, options))
+                .map_err(|m| internal_error(&m))?
+                .map_err(|e| to_py_err(e, &label))?;
+            NativeReader::register(set, label, map_budget)
+        })
+    }
+
+    /// A set already described (by `parts()` in another process: shards
+    /// with their counts and sizes, the declaration's digest), none of
+    /// its shards opened until read.
+    #[staticmethod]
+    #[pyo3(signature = (shards, digest, checked, map_budget=0))]
+    fn from_parts(
+        shards: Vec<ShardParts>,
+        digest: String,
+        checked: bool,
+        map_budget: u64,
+    ) -> PyResult<NativeReader> {
+        guard(|| {
+            opening_allowed()?;
+            let label = shards.first().map(|s| s.0.clone()).unwrap_or_default();
+            let infos = shards
+                .into_iter()
+                .map(|(path, n_records, n_frames, bytes)| ShardInfo {
+                    path,
+                    n_records,
+                    n_frames,
+                    bytes,
+                })
+                .collect();
+            let set = Set::from_parts(infos, digest, SetOptions { checked })
+                .map_err(|e| to_py_err(e, &label))?;
+            NativeReader::register(set, label, map_budget)
+        })
+    }
+
+    /// The set as described, for another process: `(shards, digest)`,
+    /// each shard `(path, n_records, n_frames, bytes)`.
+    fn parts(&self) -> PyResult<(Vec<ShardParts>, String)> {
+        guard(|| {
+            self.with(|set| {
+                let shards = set
+                    .shard_infos()
+                    .map(|s| (s.path.clone(), s.n_records, s.n_frames, s.bytes))
+                    .collect();
+                Ok((shards, set.declaration_sha256().to_string()))
             })
-            .map_err(|m| internal_error(&m))?
-            .map_err(|e| to_py_err(e, &path))?;
-            let slot = Arc::new(Slot {
-                pid: std::process::id(),
-                path,
-                reader: RwLock::new(Some(reader)),
-                pages: PageWatch {
-                    budget: map_budget,
-                    ..PageWatch::default()
-                },
-            });
-            let mut live = LIVE.lock().unwrap_or_else(PoisonError::into_inner);
-            live.retain(|w| w.strong_count() > 0);
-            live.push(Arc::downgrade(&slot));
-            Ok(NativeReader { slot })
+        })
+    }
+
+    /// Number of shards (1 for a collection file).
+    #[getter]
+    fn n_shards(&self) -> PyResult<usize> {
+        guard(|| self.with(|set| Ok(set.n_shards())))
+    }
+
+    /// The manifest the set was opened from, if any.
+    #[getter]
+    fn manifest_path(&self) -> PyResult<Option<PathBuf>> {
+        guard(|| self.with(|set| Ok(set.manifest_path().map(PathBuf::from))))
+    }
+
+    /// The shards open in this process, by number.
+    fn open_shards(&self) -> PyResult<Vec<usize>> {
+        guard(|| self.with(|set| Ok((0..set.n_shards()).filter(|&s| set.is_open(s)).collect())))
+    }
+
+    /// The record of frame `j` of the set and the frame's position in it
+    /// (opens the frame's shard only).
+    fn locate(&self, j: i64) -> PyResult<(u64, u64)> {
+        guard(|| {
+            let j = self.check_frames(&[j])?[0];
+            self.with(|set| {
+                let (s, local) = set.locate_frame(j).expect("checked in range");
+                let (r, k) = set
+                    .shard(s)?
+                    .locate_frame(local)
+                    .expect("in the shard's range");
+                Ok((set.record_start(s) + r, k))
+            })
         })
     }
 
@@ -246,6 +306,12 @@ impl NativeReader {
         guard(|| self.with(|r| Ok(r.n_records() as usize)))
     }
 
+    /// Every shard's file, in order.
+    #[getter]
+    fn shard_paths(&self) -> PyResult<Vec<PathBuf>> {
+        guard(|| self.with(|set| Ok(set.shard_infos().map(|s| s.path.clone()).collect())))
+    }
+
     #[getter]
     fn n_frames(&self) -> PyResult<u64> {
         guard(|| self.with(|r| Ok(r.n_frames())))
@@ -259,7 +325,7 @@ impl NativeReader {
     /// The collection document.
     fn meta<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         guard(|| {
-            let meta = self.with(|r| Ok(r.collection_meta().clone()))?;
+            let meta = self.detached(py, |r| Ok(r.collection_meta()?.clone()))?;
             document_to_py(py, &meta)
         })
     }
@@ -267,7 +333,7 @@ impl NativeReader {
     /// The trajectory declaration, in canonical JSON.
     fn schema<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         guard(|| {
-            let schema = self.with(|r| Ok(schema_to_json(r.schema())))?;
+            let schema = self.detached(py, |r| Ok(schema_to_json(r.schema()?)))?;
             json_to_py(py, &schema)
         })
     }
@@ -283,20 +349,13 @@ impl NativeReader {
         })
     }
 
-    /// The binding's four index columns, from the index read at open:
-    /// `first_frame`, `n_frames`, `n_atoms` (uint64) and `has_trajectory`
-    /// (bool).
+    /// The binding's four index columns, from the index read at open (of
+    /// every shard of a set, one after the other): `first_frame`,
+    /// `n_frames`, `n_atoms` (uint64) and `has_trajectory` (bool).
     fn binding_index<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         guard(|| {
-            let (counts, atoms, flags) = self.with(|r| {
-                let counts: Vec<u64> = (0..r.n_records())
-                    .map(|i| r.record_frames(i).unwrap_or(0))
-                    .collect();
-                Ok((
-                    counts,
-                    r.atom_counts().to_vec(),
-                    r.trajectory_flags().to_vec(),
-                ))
+            let (counts, atoms, flags) = self.detached(py, |r| {
+                Ok((r.frame_counts()?, r.atom_counts()?, r.trajectory_flags()?))
             })?;
             let mut first = Vec::with_capacity(counts.len());
             let mut sum = 0u64;
@@ -336,7 +395,7 @@ impl NativeReader {
     fn _rust_owned_arrays(&self, py: Python<'_>, indices: Vec<u64>) -> PyResult<u64> {
         guard(|| {
             self.detached(py, move |reader| {
-                let txn = reader.txn()?;
+                let txn = reader.txn();
                 let mut frames = 0u64;
                 for r in indices {
                     let record = txn.record_arrays(r)?;
@@ -411,34 +470,40 @@ impl NativeReader {
     /// forward, 0 where absent), and its system read first to know.
     fn frame_atoms<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, u64, u64)> {
         guard(|| {
-            let (counts, systems, walked) = self.detached(py, |reader| {
-                let txn = reader.txn()?;
-                let mut counts = Vec::with_capacity(reader.n_frames() as usize);
+            let (counts, systems, walked) = self.detached(py, |set| {
+                let mut counts = Vec::with_capacity(set.n_frames() as usize);
                 let (mut systems, mut walked) = (0u64, 0u64);
-                for r in 0..reader.n_records() {
-                    let n = reader.record_frames(r).unwrap_or(0);
-                    let atoms = reader.atom_counts()[r as usize] as i64;
-                    if n <= 1 {
-                        counts.extend(std::iter::repeat(atoms).take(n as usize));
-                        continue;
-                    }
-                    systems += 1;
-                    let in_system = txn
-                        .system(r)?
-                        .is_some_and(|s| s.blocks.contains_key("atoms"));
-                    if in_system {
-                        counts.extend(std::iter::repeat(atoms).take(n as usize));
-                        continue;
-                    }
-                    walked += 1;
-                    let mut now = 0i64;
-                    txn.for_each_frame(r, |view| {
-                        if let Some(b) = view.blocks.get("atoms") {
-                            now = b.count as i64;
+                for s in 0..set.n_shards() {
+                    let reader = set.shard(s)?;
+                    let in_shard = |e: Error| e.in_shard(reader_path(set, s));
+                    let txn = reader.txn().map_err(in_shard)?;
+                    for r in 0..reader.n_records() {
+                        let n = reader.record_frames(r).unwrap_or(0);
+                        let atoms = reader.atom_counts()[r as usize] as i64;
+                        if n <= 1 {
+                            counts.extend(std::iter::repeat(atoms).take(n as usize));
+                            continue;
                         }
-                        counts.push(now);
-                        Ok(())
-                    })?;
+                        systems += 1;
+                        let in_system = txn
+                            .system(r)
+                            .map_err(in_shard)?
+                            .is_some_and(|s| s.blocks.contains_key("atoms"));
+                        if in_system {
+                            counts.extend(std::iter::repeat(atoms).take(n as usize));
+                            continue;
+                        }
+                        walked += 1;
+                        let mut now = 0i64;
+                        txn.for_each_frame(r, |view| {
+                            if let Some(b) = view.blocks.get("atoms") {
+                                now = b.count as i64;
+                            }
+                            counts.push(now);
+                            Ok(())
+                        })
+                        .map_err(in_shard)?;
+                    }
                 }
                 Ok((counts, systems, walked))
             })?;
@@ -451,7 +516,7 @@ impl NativeReader {
         guard(|| {
             let r = self.check_index(r)?;
             let (meta, system, acc) = self.detached(py, move |reader| {
-                let arrays = reader.txn()?.record_arrays(r)?;
+                let arrays = reader.record_arrays(r)?;
                 let RecordArrays {
                     meta,
                     system,
@@ -489,7 +554,7 @@ impl NativeReader {
                 .collect::<PyResult<Vec<u64>>>()?;
             let rs_for_read = rs.clone();
             let (metas, systems, acc) = self.detached(py, move |reader| {
-                let txn = reader.txn()?;
+                let txn = reader.txn();
                 let records = rs_for_read
                     .iter()
                     .map(|&r| txn.record_arrays(r))
@@ -531,7 +596,44 @@ impl NativeReader {
     }
 }
 
+/// Refuses to open anything in a child whose inherited readers could not
+/// all be dropped (see `FORK_LEFTOVER`).
+fn opening_allowed() -> PyResult<()> {
+    if FORK_LEFTOVER.load(Ordering::SeqCst) {
+        return Err(PyRuntimeError::new_err(
+            "a reader was in use by another thread when this process was forked: \
+             its LMDB environment could not be closed here, so this process opens \
+             no collection (open collections after fork, or fork while no thread reads)",
+        ));
+    }
+    Ok(())
+}
+
+/// The path of shard `s` of `set` (for messages).
+fn reader_path(set: &Set, s: usize) -> &std::path::Path {
+    set.shard_info(s)
+        .map_or(std::path::Path::new(""), |i| &i.path)
+}
+
 impl NativeReader {
+    /// Registers an opened set as this process's reader (so that a forked
+    /// child drops it).
+    fn register(set: Set, path: PathBuf, map_budget: u64) -> PyResult<NativeReader> {
+        let slot = Arc::new(Slot {
+            pid: std::process::id(),
+            path,
+            reader: RwLock::new(Some(set)),
+            pages: PageWatch {
+                budget: map_budget,
+                ..PageWatch::default()
+            },
+        });
+        let mut live = LIVE.lock().unwrap_or_else(PoisonError::into_inner);
+        live.retain(|w| w.strong_count() > 0);
+        live.push(Arc::downgrade(&slot));
+        Ok(NativeReader { slot })
+    }
+
     /// A gather as Python (`one`: a single structure's form), or its error.
     fn gathered<'py>(
         &self,

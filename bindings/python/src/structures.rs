@@ -10,7 +10,7 @@ use crate::acc::pad_data;
 use crate::convert::{column_to_numpy, json_to_py, vec_to_numpy};
 use crate::errors_class_call;
 use molrec::arrays::StepSeries;
-use molrec::lmdb::{FrameColumn, Reader, ResolvedFrame};
+use molrec::lmdb::{FrameColumn, ResolvedFrame, Set, SetFrame};
 use molrec::model::{ColumnData, Document};
 use molrec::typed_json::{self, MetaTag};
 use molrec::DType;
@@ -326,12 +326,12 @@ impl StructuresAcc {
     /// Frames `js` (each in range) gathered by `plan`, in one read
     /// transaction.
     pub(crate) fn read(
-        reader: &Reader,
+        reader: &Set,
         js: &[u64],
         plan: Arc<Vec<Output>>,
     ) -> Result<StructuresAcc, GatherError> {
         let n = js.len();
-        let schema = reader.schema();
+        let schema = reader.schema().map_err(GatherError::Read)?;
         let gathered = plan
             .iter()
             .map(|o| match o {
@@ -366,11 +366,7 @@ impl StructuresAcc {
             scratch: Vec::new(),
         };
         let wants_record_meta = acc.plan.iter().any(|o| matches!(o, Output::Scalar { .. }));
-        let txn = if wants_record_meta {
-            Some(reader.txn().map_err(GatherError::Read)?)
-        } else {
-            None
-        };
+        let txn = wants_record_meta.then(|| reader.txn());
         let mut i = 0usize;
         let mut missing = None;
         reader
@@ -400,15 +396,16 @@ impl StructuresAcc {
         }
     }
 
-    fn push(&mut self, frame: &ResolvedFrame<'_>, j: u64) -> Result<(), GatherError> {
+    fn push(&mut self, located: &SetFrame<'_, '_>, j: u64) -> Result<(), GatherError> {
+        let frame: &ResolvedFrame<'_> = located.frame;
         // The `atoms` block is looked up once for the outputs that read it.
         let atoms = Place::of(frame, "atoms");
         let natoms = atoms.rows();
         self.natoms.push(natoms as i64);
         self.ordinals.push(j as i64);
-        self.records.push(frame.record as i64);
+        self.records.push(located.record as i64);
         self.positions.push(frame.position as i64);
-        let record_meta = self.metas.get(&frame.record);
+        let record_meta = self.metas.get(&located.record);
         for (output, gathered) in self.plan.iter().zip(&mut self.gathered) {
             match (output, gathered) {
                 (
@@ -451,7 +448,7 @@ impl StructuresAcc {
                                     columns.join(", ")
                                 ),
                                 j,
-                                record: frame.record,
+                                record: located.record,
                                 position: frame.position,
                             }));
                         }

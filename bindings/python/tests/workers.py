@@ -98,3 +98,10 @@ def dataset_item(args: Tuple[mrec.Dataset, int]) -> Any:
 
 def code_of(record: Dict[str, Any]) -> str:
     return str(record["meta"]["code"])
+
+
+def read_and_say_what_opened(args: Tuple[mrec.Collection, List[int]]) -> Tuple[List[Tuple[Any, ...]], List[int]]:
+    """Records of a (set) collection read in a worker, and the shards the
+    worker opened to read them."""
+    c, indices = args
+    return [digest(c[r]) for r in indices], c.open_shards()

@@ -5,10 +5,12 @@ mod layout;
 mod pages;
 mod reader;
 mod resolve;
+pub mod set;
 mod writer;
 
 pub use pages::{check_pages, PageCounts};
 pub use reader::{FrameBlock, FrameColumn, Reader, RecordTxn, ResolvedFrame, ResolvedView};
+pub use set::{Manifest, Set, SetFrame, SetOptions, SetTxn, ShardInfo};
 pub use writer::{partial_path, write_collection, Writer, WriterOptions, DEFAULT_PAGE_SIZE};
 
 use crate::clause::Clause;

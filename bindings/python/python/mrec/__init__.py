@@ -71,6 +71,13 @@ every structure of files ASE reads, by the mapping of ``mrec import
 aselmdb`` (docs/import.md); :func:`to_ase` turns a record's frame back into
 an ``ase.Atoms``.
 
+Sharded sets: ``mrec.open(dir)`` (or a glob pattern, a manifest, a list of
+files) reads many ``.mrec.lmdb`` files that share one declaration as one
+collection, records and frames numbered through the shards in order;
+:class:`Structures`, :class:`FrameSampler` and :class:`Dataset` take it as
+they take a file. ``mrec.ray`` reads and writes sets with Ray Data
+(``pip install "mrec[ray]"``). docs/shards.md says more.
+
 Loader safety: a :class:`Collection` pickles as its path and options and
 opens its file lazily in each process (keyed by ``os.getpid()``); the
 readers a forked child inherits are closed in the child before it opens
@@ -94,6 +101,7 @@ from ._errors import (
     Missing,
     NatomsComputed,
     Refused,
+    SetRefused,
     Uncommitted,
 )
 from ._sampler import FrameSampler
@@ -114,6 +122,7 @@ __all__ = [
     "ase_mapping",
     "ImportReport",
     "Refused",
+    "SetRefused",
     "BadInput",
     "Missing",
     "NatomsComputed",

@@ -63,6 +63,8 @@ class ImportReport:
     kept: Dict[str, int] = field(default_factory=dict)
     dropped: Dict[str, int] = field(default_factory=dict)
     dropped_samples: List[str] = field(default_factory=list)
+    #: Seconds the import took.
+    secs: float = 0.0
 
     def __str__(self) -> str:
         return self.text

@@ -1,13 +1,14 @@
 """An open collection (:class:`Collection`, :func:`open`): records, batches
 and frames by ordinal as NumPy arrays, read by the Rust library with the GIL
-released; picklable and fork-safe (see the package's documentation)."""
+released; picklable and fork-safe (see the package's documentation). A
+collection is one file, or a sharded set of files read as one (several
+files, a directory, a glob pattern, a manifest: docs/shards.md)."""
 
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
-import numpy as np
 
 from . import _native
 
@@ -27,8 +28,22 @@ BINDING_INDEX_COLUMNS = ("first_frame", "n_frames", "n_atoms", "has_trajectory")
 MAP_BUDGET_MIB = 1024
 
 
+#: What a sharded set is to another process: its shards ``(path, n_records,
+#: n_frames, bytes)`` and the digest of their declaration.
+SetParts = Tuple[List[Tuple[str, int, int, int]], str]
+
+
 class Collection:
-    """An open collection file. See the module's documentation.
+    """An open collection: a file, or a sharded set of files read as one.
+    See the module's documentation.
+
+    ``path``: a ``.mrec.lmdb`` file; or a set: a directory (its manifest
+    ``mrec-set.json``, else its ``*.mrec.lmdb`` files sorted by name), a
+    glob pattern, a manifest, or a list of files (read in that order).
+    Records and frames are numbered through the shards in order. A set
+    pickles as its shards' description (paths, counts, sizes, declaration
+    digest), so a worker that unpickles it opens only the shards it reads,
+    each checked against that description when it opens.
 
     ``map_budget_mib``: how much of the file's pages (MiB) a reader keeps
     mapped, and so counted in its resident memory, before it gives them
@@ -38,13 +53,24 @@ class Collection:
     collection's size. ``None``: never given back."""
 
     def __init__(
-        self, path: PathLike, checked: bool = False, map_budget_mib: Optional[float] = MAP_BUDGET_MIB
+        self,
+        path: Union[PathLike, Sequence[PathLike]],
+        checked: bool = False,
+        map_budget_mib: Optional[float] = MAP_BUDGET_MIB,
     ) -> None:
-        self._path = os.fspath(path)
+        if isinstance(path, (str, os.PathLike)):
+            self._sources = [os.fspath(path)]
+        else:
+            self._sources = [os.fspath(p) for p in path]
+            if not self._sources:
+                raise ValueError("mrec.open: no path given")
+        self._path = self._sources[0]
         self._checked = bool(checked)
         self._map_budget_mib = map_budget_mib
         self._native: Optional[_native.NativeReader] = None
         self._pid: Optional[int] = None
+        #: The set as described once opened (None for one file).
+        self._parts: Optional[SetParts] = None
         self._reader()  # errors now, not in the first read
 
     # -- per process -------------------------------------------------------
@@ -56,18 +82,39 @@ class Collection:
             # is never used: it was already closed by the fork hook.
             self._native = None
             budget = 0 if self._map_budget_mib is None else max(1, int(self._map_budget_mib * 2**20))
-            self._native = _native.NativeReader(self._path, self._checked, budget)
+            if self._parts is not None:
+                shards, digest = self._parts
+                self._native = _native.NativeReader.from_parts(shards, digest, self._checked, budget)
+            else:
+                self._native = _native.NativeReader(self._sources, self._checked, budget)
+                if self._is_set(self._native):
+                    shards, digest = self._native.parts()
+                    self._parts = ([(os.fspath(p), r, f, b) for p, r, f, b in shards], digest)
             self._pid = pid
         return self._native
 
+    def _is_set(self, native: "_native.NativeReader") -> bool:
+        """Whether the sources name a set rather than one file."""
+        return (
+            len(self._sources) > 1
+            or native.n_shards > 1
+            or native.manifest_path is not None
+            or not os.path.isfile(self._sources[0])
+        )
+
     def __getstate__(self) -> Dict[str, Any]:
-        state = {"path": self._path, "checked": self._checked}
+        state: Dict[str, Any] = {"path": self._path, "checked": self._checked}
+        if self._parts is not None:
+            state["sources"] = self._sources
+            state["parts"] = self._parts
         if self._map_budget_mib != MAP_BUDGET_MIB:
             state["map_budget_mib"] = self._map_budget_mib
         return state
 
     def __setstate__(self, state: Mapping[str, Any]) -> None:
         self._path = state["path"]
+        self._sources = list(state.get("sources", [self._path]))
+        self._parts = state.get("parts")
         self._checked = state["checked"]
         self._map_budget_mib = state.get("map_budget_mib", MAP_BUDGET_MIB)
         self._native = None
@@ -89,7 +136,52 @@ class Collection:
 
     @property
     def path(self) -> str:
+        """The path given (for a list of files, the first)."""
         return self._path
+
+    @property
+    def sources(self) -> List[str]:
+        """The paths given, as given."""
+        return list(self._sources)
+
+    @property
+    def is_set(self) -> bool:
+        """Whether this is a sharded set (not one file)."""
+        return self._parts is not None
+
+    @property
+    def shard_paths(self) -> List[str]:
+        """Every shard's file, in order (the file itself for one file)."""
+        if self._parts is not None:
+            return [p for p, _, _, _ in self._parts[0]]
+        return [os.fspath(p) for p in self._reader().shard_paths]
+
+    @property
+    def n_shards(self) -> int:
+        """Shards of the set (1 for one file)."""
+        return len(self._parts[0]) if self._parts is not None else 1
+
+    def shard_ranges(self) -> List[Tuple[str, int, int, int, int]]:
+        """Each shard as ``(path, first record, records, first frame,
+        frames)`` in the set's numbering, without opening one."""
+        if self._parts is None:
+            return [(self._path, 0, len(self), 0, self.n_frames)]
+        out, r, f = [], 0, 0
+        for path, n_records, n_frames, _ in self._parts[0]:
+            out.append((path, r, n_records, f, n_frames))
+            r += n_records
+            f += n_frames
+        return out
+
+    @property
+    def declaration_sha256(self) -> Optional[str]:
+        """SHA-256 of the declaration a set's shards share (None for one file)."""
+        return self._parts[1] if self._parts is not None else None
+
+    def open_shards(self) -> List[int]:
+        """The shards this process has opened (a set opens a shard when one
+        of its records or frames is first read)."""
+        return list(self._reader().open_shards())
 
     @property
     def checked(self) -> bool:
@@ -110,7 +202,8 @@ class Collection:
 
     @property
     def meta(self) -> Dict[str, Any]:
-        """The collection document."""
+        """The collection document (of a set: its first shard's; the
+        ``units`` are every shard's)."""
         return self._reader().meta()
 
     @property
@@ -202,23 +295,25 @@ class Collection:
     def locate(self, j: int) -> "tuple[int, int]":
         """The record of global frame ordinal ``j`` and the frame's position
         in it (no value read)."""
-        n = self.n_frames
-        i = j + n if j < 0 else j
-        if not 0 <= i < n:
-            raise IndexError(f"frame {j} out of range: the collection has {n} frames")
-        first = self._reader().binding_index()["first_frame"]
-        r = int(np.searchsorted(first, i, side="right")) - 1
-        return r, int(i - first[r])
+        r, k = self._reader().locate(int(j))
+        return int(r), int(k)
 
     def __repr__(self) -> str:
+        if self._parts is not None:
+            return f"mrec.Collection({self._sources!r}, {self.n_shards} shards, checked={self._checked})"
         return f"mrec.Collection({self._path!r}, checked={self._checked})"
 
 
 def open(  # noqa: A001 (the package's entry point)
-    path: PathLike, checked: bool = False, map_budget_mib: Optional[float] = MAP_BUDGET_MIB
+    path: Union[PathLike, Sequence[PathLike]],
+    checked: bool = False,
+    map_budget_mib: Optional[float] = MAP_BUDGET_MIB,
 ) -> Collection:
-    """Opens a committed collection. ``checked=True`` checks the file's LMDB
-    pages first (for a file from elsewhere: a download, another
-    implementation's writer); a damaged file is then refused
-    (``lmdb.file.pages``) instead of crashing the process."""
+    """Opens a committed collection: a file, or a sharded set read as one
+    (a directory, a glob pattern, a manifest, or a list of files; shards
+    whose declarations differ are refused with :class:`mrec.SetRefused`
+    naming the shard). ``checked=True`` checks each file's LMDB pages
+    first (for a file from elsewhere: a download, another implementation's
+    writer); a damaged file is then refused (``lmdb.file.pages``) instead
+    of crashing the process."""
     return Collection(path, checked=checked, map_budget_mib=map_budget_mib)

@@ -48,6 +48,28 @@ class Busy(Refused):
     """Another writer holds the path (clause ``lmdb.file.one-writer``)."""
 
 
+class SetRefused(ValueError):
+    """Files that do not form one sharded set (docs/shards.md; this
+    project's extension, not a clause of the format). ``problem`` says how:
+    ``declaration`` (a shard's units, schema or force field differ from the
+    first shard's), ``missing`` (a shard the manifest names is not there),
+    ``changed`` (a shard is not what the manifest or the set's description
+    says), ``manifest`` (the manifest is not one), ``incomplete`` (a write of
+    the set did not finish), ``empty``, ``duplicate``, ``index`` (own index
+    columns that do not line up). ``shard`` names the file at fault (empty
+    for the set as a whole); ``detail`` says what differs."""
+
+    def __init__(self, message: str = "", problem: str = "", shard: str = "", detail: str = "") -> None:
+        super().__init__(message)
+        self.problem = problem
+        self.shard = shard
+        self.detail = detail
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        message = self.args[0] if self.args else ""
+        return (type(self), (message, self.problem, self.shard, self.detail))
+
+
 class BadInput(ValueError):
     """An import's input is not what ASE writes (a row without ``numbers``,
     an array of the wrong shape, an object that is not an ``ase.Atoms``), or
@@ -101,6 +123,7 @@ __all__ = [
     "Refused",
     "Uncommitted",
     "Busy",
+    "SetRefused",
     "BadInput",
     "Missing",
     "NatomsComputed",

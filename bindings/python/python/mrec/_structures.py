@@ -112,8 +112,8 @@ ASE_SYSTEM_DEFAULTS = ("tags", "fixed", "initial_charges")
 
 
 def _expand(source: Union[PathLike, Collection, Sequence[Union[PathLike, Collection]]]) -> List[Any]:
-    """Paths, directories (their ``*.mrec.lmdb``), glob patterns and
-    collections, in order."""
+    """Paths, directories (their ``*.mrec.lmdb``; a directory with a set's
+    manifest is one collection), glob patterns and collections, in order."""
     items = [source] if isinstance(source, (str, os.PathLike, Collection)) else list(source)
     out: List[Any] = []
     for item in items:
@@ -121,7 +121,9 @@ def _expand(source: Union[PathLike, Collection, Sequence[Union[PathLike, Collect
             out.append(item)
             continue
         path = os.fspath(item)
-        if os.path.isdir(path):
+        if os.path.isdir(path) and os.path.isfile(os.path.join(path, "mrec-set.json")):
+            out.append(path)  # a sharded set with a manifest: one collection, shards opened as read
+        elif os.path.isdir(path):
             found = sorted(glob.glob(os.path.join(path, "*.mrec.lmdb")))
             if not found:
                 raise FileNotFoundError(f"{path}: no *.mrec.lmdb file in this directory")

@@ -901,6 +901,23 @@ fn update_rules(
     Ok(())
 }
 
+impl Reader {
+    /// Bytes the entries of [`Reader::frame`]'s record cache take (as the
+    /// cache counts them): a set of shards bounds the sum over its open
+    /// shards (`lmdb::Set`).
+    pub(crate) fn record_cache_bytes(&self) -> usize {
+        self.record_cache().cost
+    }
+
+    /// Forgets every record entry of the cache (the next frame of such a
+    /// record makes its entry again).
+    pub(crate) fn forget_record_entries(&self) {
+        let mut cache = self.record_cache();
+        cache.entries.clear();
+        cache.cost = 0;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

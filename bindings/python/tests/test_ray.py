@@ -1,0 +1,199 @@
+"""``mrec.ray`` on a local Ray (``ray.init(num_cpus=2)``): ASE-LMDB shards
+written by ase-db-backends imported through Ray equal the serial ``mrec
+import aselmdb`` record for record; a set read through Ray equals
+``mrec.open`` of it; a write task or an import task that fails mid-shard
+leaves no manifest and no shard, and a rerun completes; shards whose
+declarations differ, and a shard missing since the manifest, are refused
+naming the shard."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any, Dict, Iterator, List
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray", reason='needs Ray Data (pip install "mrec[ray]": ray[data] and pyarrow)')
+pytest.importorskip("pyarrow", reason='needs pyarrow (pip install "mrec[ray]")')
+ase = pytest.importorskip("ase", reason="needs ase (pip install ase)")
+pytest.importorskip("ase_db_backends", reason="needs ase-db-backends (pip install ase-db-backends)")
+
+import ase.db  # noqa: E402
+from ase.build import molecule  # noqa: E402
+from ase.calculators.singlepoint import SinglePointCalculator  # noqa: E402
+
+import mrec  # noqa: E402
+import mrec.ray  # noqa: E402
+import workers  # noqa: E402
+from conftest import dump_with_cli  # noqa: E402
+from ray.data import DataContext  # noqa: E402
+
+MOLECULES = ["H2O", "CH4", "NH3", "C6H6", "CO2", "CH3OH"]
+
+# Ray's DataContext warns of its own deprecated settings when it is copied.
+pytestmark = pytest.mark.filterwarnings("ignore:.*deprecated.*:DeprecationWarning:ray.data.context")
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ctx = DataContext.get_current()
+    ctx.execution_options.preserve_order = True
+    ctx.enable_progress_bars = False
+    yield
+    ray.shutdown()
+
+
+def write_aselmdb(path: Path, n: int, seed: int, bad_key: int = 0) -> None:
+    """An ASE-LMDB shard of ``n`` molecules with energies and forces,
+    written by ase-db-backends; ``bad_key``: that row's value replaced by
+    bytes that are not zlib (a shard that fails mid-way)."""
+    rng = np.random.default_rng(seed)
+    with ase.db.connect(path, type="aselmdb", append=False) as db:
+        for i in range(n):
+            a = molecule(MOLECULES[i % len(MOLECULES)])
+            a.positions = a.positions + rng.normal(scale=0.05, size=a.positions.shape)
+            a.calc = SinglePointCalculator(a, energy=float(rng.normal()), forces=rng.normal(size=(len(a), 3)))
+            db.write(a, key_value_pairs={"sid": int(seed * 1000 + i)})
+    if bad_key:
+        import lmdb
+
+        env = lmdb.open(str(path), subdir=False, lock=False)
+        with env.begin(write=True) as txn:
+            txn.put(str(bad_key).encode(), b"not zlib at all")
+        env.close()
+
+
+@pytest.fixture(scope="module")
+def aselmdb_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("aselmdb")
+    for k, n in enumerate([30, 17, 45, 8]):
+        write_aselmdb(d / f"data{k:04d}.aselmdb", n, seed=k + 1)
+    return d
+
+
+def same_records(a: Dict[str, Any], b: Dict[str, Any]) -> None:
+    assert len(a["records"]) == len(b["records"])
+    for i, (x, y) in enumerate(zip(a["records"], b["records"])):
+        assert x == y, f"record {i}"
+
+
+def test_import_through_ray_equals_the_serial_import(local_ray: None, aselmdb_dir: Path, tmp_path: Path, mrec_cli: str) -> None:
+    out = tmp_path / "set"
+    report = mrec.ray.import_ase(aselmdb_dir, out)
+    assert (report.rows, report.records, report.frames) == (100, 100, 100)
+    assert "data0002.aselmdb" in str(report)
+    manifest = json.loads((out / "mrec-set.json").read_text())
+    assert [s["file"] for s in manifest["shards"]] == [f"data{k:04d}.mrec.lmdb" for k in range(4)]
+    assert [s["n_records"] for s in manifest["shards"]] == [30, 17, 45, 8]
+    serial = tmp_path / "serial.mrec.lmdb"
+    shards = sorted(str(p) for p in aselmdb_dir.glob("*.aselmdb"))
+    subprocess.run([mrec_cli, "import", "aselmdb", "--quiet", *shards, str(serial)], check=True)
+    via_ray, one = dump_with_cli(mrec_cli, out), dump_with_cli(mrec_cli, serial)
+    same_records(via_ray, one)
+    assert via_ray["sequence_schema"] == one["sequence_schema"]
+    assert via_ray["meta"]["units"] == one["meta"]["units"]
+    # Python opens the set alike, and so does mrec info.
+    s = mrec.open(out)
+    assert (len(s), s.n_shards) == (100, 4)
+    done = subprocess.run([mrec_cli, "info", str(out)], check=True, capture_output=True, text=True)
+    assert "4 shards" in done.stdout and "records       100" in done.stdout
+
+
+def test_read_through_ray_equals_mrec_open(local_ray: None, aselmdb_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "set"
+    mrec.ray.import_ase(aselmdb_dir, out)
+    s = mrec.open(out)
+    rows = mrec.ray.read(out, unit="record", override_num_blocks=3).take_all()
+    assert [r["record"] for r in rows] == list(range(len(s)))
+    for row in rows:
+        want = s[row["record"]]
+        assert json.loads(row["meta"]) == want["meta"]
+        t = want["trajectory"]
+        assert list(row["step"]) == list(t["step"])
+        np.testing.assert_array_equal(np.asarray(row["meta.pe"]), t["meta"]["pe"])
+        for col in ("x", "fx"):
+            got = np.concatenate([np.asarray(f) for f in row[f"atoms.{col}"]])
+            np.testing.assert_array_equal(got, t["blocks"]["atoms"]["columns"][col].reshape(-1))
+        system = want["system"]["blocks"]["atoms"]["columns"]
+        assert list(row["system.atoms.element"]) == list(system["element"])
+    st = mrec.Structures(out)
+    frames = mrec.ray.read(out, unit="frame", override_num_blocks=5).take_all()
+    assert [f["index"] for f in frames] == list(range(len(st)))
+    want = st.batch(range(len(st)))
+    starts = np.concatenate([[0], np.cumsum(want["natoms"])])
+    for f in frames:
+        i = f["index"]
+        assert (f["record"], f["frame"]) == (want["record"][i], want["frame"][i])
+        pos = np.asarray([np.asarray(p) for p in f["pos"]])
+        np.testing.assert_array_equal(pos, want["pos"][starts[i] : starts[i + 1]])
+        np.testing.assert_array_equal(np.asarray(f["atomic_numbers"]), want["atomic_numbers"][starts[i] : starts[i + 1]])
+        assert f["energy"] == want["energy"][i]
+
+
+def leftovers(out: Path) -> List[str]:
+    """What a directory holds besides LMDB lock files."""
+    return sorted(p.name for p in out.iterdir() if not p.name.endswith("-lock")) if out.exists() else []
+
+
+def test_a_write_task_that_fails_mid_shard_leaves_no_set_and_a_rerun_completes(local_ray: None, tmp_path: Path) -> None:
+    whole = tmp_path / "whole.mrec.lmdb"
+    workers.make_collection(whole, 60)
+    c = mrec.open(whole)
+    out = tmp_path / "out"
+    ds = mrec.ray.read(whole, override_num_blocks=4)
+    with pytest.raises(Exception, match="injected"):
+        mrec.ray.write(ds, out, like=whole, _fail_after=5)
+    assert leftovers(out) == [], "no manifest, no shard, no partial file, no marker"
+    with pytest.raises(mrec.SetRefused) as e:
+        mrec.open(out)
+    assert e.value.problem == "empty"
+    manifest = mrec.ray.write(ds, out, like=whole)
+    assert Path(manifest) == out / "mrec-set.json"
+    s = mrec.open(out)
+    assert s.n_shards >= 2 and len(s) == len(c)
+    for r in range(len(c)):
+        assert workers.digest(s[r]) == workers.digest(c[r]), r
+    with pytest.raises(FileExistsError):
+        mrec.ray.write(ds, out, like=whole)
+
+
+def test_an_import_task_that_fails_mid_shard_leaves_no_set_and_a_rerun_completes(
+    local_ray: None, aselmdb_dir: Path, tmp_path: Path
+) -> None:
+    sources = tmp_path / "sources"
+    sources.mkdir()
+    for p in aselmdb_dir.glob("*.aselmdb"):
+        (sources / p.name).write_bytes(p.read_bytes())
+    write_aselmdb(sources / "data0009.aselmdb", 20, seed=9, bad_key=12)
+    out = tmp_path / "set"
+    with pytest.raises(mrec.BadInput, match='data0009.aselmdb: key "12"'):
+        mrec.ray.import_ase(sources, out)
+    assert leftovers(out) == []
+    write_aselmdb(sources / "data0009.aselmdb", 20, seed=9)
+    report = mrec.ray.import_ase(sources, out)
+    assert report.records == 120
+    assert len(mrec.open(out)) == 120
+
+
+def test_shards_that_do_not_form_a_set_are_refused_naming_the_shard(local_ray: None, aselmdb_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "set"
+    mrec.ray.import_ase(aselmdb_dir, out)
+    (out / "data0001.mrec.lmdb").unlink()
+    with pytest.raises(mrec.SetRefused) as e:
+        mrec.ray.read(out)
+    assert (e.value.problem, e.value.shard) == ("missing", "data0001.mrec.lmdb")
+    # Grouped rows declare the per-step `ase` document: another declaration.
+    mixed = tmp_path / "mixed"
+    mrec.ray.import_ase(aselmdb_dir / "data0000.aselmdb", mixed)
+    mrec.ray.import_ase(aselmdb_dir / "data0003.aselmdb", tmp_path / "grouped", group_by="sid")
+    (mixed / "mrec-set.json").unlink()
+    os.replace(tmp_path / "grouped" / "data0003.mrec.lmdb", mixed / "data0003.mrec.lmdb")
+    with pytest.raises(mrec.SetRefused) as e:
+        mrec.ray.read(mixed)
+    assert (e.value.problem, e.value.shard) == ("declaration", "data0003.mrec.lmdb")
+    assert "sequence_schema" in str(e.value)
