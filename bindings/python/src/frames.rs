@@ -94,11 +94,14 @@ impl FramesAcc {
     /// Frames `js` of the collection (each in range) read in one read
     /// transaction (of each shard); with `systems`, the systems of their
     /// records, and with `record_meta`, each frame's record meta.
+    /// `tick` is called every [`crate::read::TICK_FRAMES`] frames (the
+    /// reader's map budget looked at within a long read).
     pub(crate) fn read(
         reader: &Set,
         js: &[u64],
         systems: bool,
         record_meta: bool,
+        tick: &(dyn Fn() + Sync),
     ) -> molrec::Result<Self> {
         let schema = reader.schema()?;
         let mut acc = FramesAcc {
@@ -127,6 +130,9 @@ impl FramesAcc {
                 metas.push(txn.record_meta(frame.record)?);
             }
             i += 1;
+            if i % crate::read::TICK_FRAMES == 0 {
+                tick();
+            }
             Ok(())
         })?;
         Ok(acc)

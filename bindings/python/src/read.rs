@@ -49,24 +49,72 @@ struct Slot {
 
 /// Keeps a reader's resident memory bounded whatever the collection's
 /// size: a shuffled loader touches pages all over the file, which stay
-/// mapped (in large folios, so the resident size grows faster than the
-/// bytes read). Every few reads it looks at the resident size, and past
-/// `budget` bytes above the last look it gives the file's mapped pages
-/// back (`Reader::release_mapped_pages`; the page cache keeps them, and
-/// the next read of a page maps it again: a minor fault, some
-/// microseconds). `budget` 0: never.
+/// mapped, in the page cache's large folios (one value read can map a
+/// whole folio of up to 2 MiB, so one batch of 64 structures can map tens
+/// of MiB). After every read that released the GIL, and every
+/// [`PageWatch::EVERY_HELD`] reads that held it, it looks at the resident
+/// size (`/proc/self/statm`, some microseconds), and past `budget` bytes
+/// above where it last stood (its opening, first) it gives the files'
+/// mapped pages back (`Set::release_mapped_pages`; the page cache keeps
+/// them, and the next read of a page maps it again: a minor fault).
+/// `budget` 0: never.
 #[derive(Default)]
 struct PageWatch {
     budget: u64,
-    reads: std::sync::atomic::AtomicU32,
+    held_reads: std::sync::atomic::AtomicU32,
     base: std::sync::atomic::AtomicU64,
+    /// Minor faults at the last look within a read.
+    faults: std::sync::atomic::AtomicU64,
 }
 
 impl PageWatch {
-    const EVERY: u32 = 4;
+    /// Reads holding the GIL (one structure at a time) between looks.
+    const EVERY_HELD: u32 = 32;
+
+    /// The most a page fault maps: a folio of 2 MiB.
+    const FAULT_MAPS: u64 = 2 << 20;
+
+    /// Within a long read, every [`TICK_FRAMES`] frames: a look at the
+    /// resident size only when enough pages were faulted in since the last
+    /// one to have passed the budget (counting faults costs a fraction of
+    /// what reading the resident size does).
+    fn within_read(&self, reader: &Set) {
+        if self.budget == 0 {
+            return;
+        }
+        let faults = minor_faults();
+        let since = faults.saturating_sub(self.faults.load(Ordering::Relaxed));
+        if since.saturating_mul(Self::FAULT_MAPS) >= self.budget {
+            self.faults.store(faults, Ordering::Relaxed);
+            self.after_read(reader);
+        }
+    }
+
+    fn new(budget: u64) -> PageWatch {
+        PageWatch {
+            budget,
+            held_reads: Default::default(),
+            base: (if budget == 0 {
+                0
+            } else {
+                resident_bytes().unwrap_or(0)
+            })
+            .into(),
+            faults: minor_faults().into(),
+        }
+    }
+
+    /// After a read holding the GIL: a look every [`Self::EVERY_HELD`].
+    fn after_held_read(&self, reader: &Set) {
+        if self.budget != 0
+            && self.held_reads.fetch_add(1, Ordering::Relaxed) % Self::EVERY_HELD == 0
+        {
+            self.after_read(reader);
+        }
+    }
 
     fn after_read(&self, reader: &Set) {
-        if self.budget == 0 || self.reads.fetch_add(1, Ordering::Relaxed) % Self::EVERY != 0 {
+        if self.budget == 0 {
             return;
         }
         let Some(now) = resident_bytes() else { return };
@@ -77,6 +125,24 @@ impl PageWatch {
             reader.release_mapped_pages();
             self.base
                 .store(resident_bytes().unwrap_or(now), Ordering::Relaxed);
+        }
+    }
+}
+
+/// Frames read between two looks at the map budget within one read.
+pub(crate) const TICK_FRAMES: usize = 16;
+
+/// This process's minor page faults so far (`getrusage`, a fraction of a
+/// microsecond): a fault is what maps a page, or a folio of them.
+fn minor_faults() -> u64 {
+    // SAFETY: `getrusage` fills the struct it is given; a zeroed `rusage`
+    // is a valid value of it.
+    unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_SELF, &mut usage) == 0 {
+            usage.ru_minflt as u64
+        } else {
+            0
         }
     }
 }
@@ -149,7 +215,9 @@ impl NativeReader {
                 self.slot.path.display()
             ))
         })?;
-        f(reader).map_err(|e| to_py_err(e, &self.slot.path))
+        let out = f(reader);
+        self.slot.pages.after_held_read(reader);
+        out.map_err(|e| to_py_err(e, &self.slot.path))
     }
 
     /// `with`, the GIL released during `f`.
@@ -418,8 +486,11 @@ impl NativeReader {
     ) -> PyResult<Bound<'py, PyDict>> {
         guard(|| {
             let js = self.check_frames(&js)?;
+            let pages = &self.slot.pages;
             let acc = self.detached(py, move |reader| {
-                FramesAcc::read(reader, &js, system, record_meta)
+                FramesAcc::read(reader, &js, system, record_meta, &|| {
+                    pages.within_read(reader)
+                })
             })?;
             acc.into_py(py)
         })
@@ -436,8 +507,12 @@ impl NativeReader {
         guard(|| {
             let plan = Arc::clone(&plan.outputs);
             let js = self.check_frames(&js)?;
-            let out =
-                self.detached(py, move |reader| Ok(StructuresAcc::read(reader, &js, plan)))?;
+            let pages = &self.slot.pages;
+            let out = self.detached(py, move |reader| {
+                Ok(StructuresAcc::read(reader, &js, plan, &|| {
+                    pages.within_read(reader)
+                }))
+            })?;
             self.gathered(py, out, false)
         })
     }
@@ -454,7 +529,7 @@ impl NativeReader {
                 let i = if j < 0 { j + n } else { j };
                 Ok((0..n)
                     .contains(&i)
-                    .then(|| StructuresAcc::read(reader, &[i as u64], plan)))
+                    .then(|| StructuresAcc::read(reader, &[i as u64], plan, &|| {})))
             })?;
             let out =
                 out.ok_or_else(|| PyIndexError::new_err(format!("frame {j} out of range")))?;
@@ -623,10 +698,7 @@ impl NativeReader {
             pid: std::process::id(),
             path,
             reader: RwLock::new(Some(set)),
-            pages: PageWatch {
-                budget: map_budget,
-                ..PageWatch::default()
-            },
+            pages: PageWatch::new(map_budget),
         });
         let mut live = LIVE.lock().unwrap_or_else(PoisonError::into_inner);
         live.retain(|w| w.strong_count() > 0);

@@ -325,10 +325,13 @@ fn lookup(frame_meta: &Document, record_meta: &Document, key: &str) -> Option<f6
 impl StructuresAcc {
     /// Frames `js` (each in range) gathered by `plan`, in one read
     /// transaction.
+    /// `tick` is called every [`crate::read::TICK_FRAMES`] frames (the
+    /// reader's map budget looked at within a long read).
     pub(crate) fn read(
         reader: &Set,
         js: &[u64],
         plan: Arc<Vec<Output>>,
+        tick: &(dyn Fn() + Sync),
     ) -> Result<StructuresAcc, GatherError> {
         let n = js.len();
         let schema = reader.schema().map_err(GatherError::Read)?;
@@ -387,6 +390,9 @@ impl StructuresAcc {
                     Err(GatherError::Missing(m)) => missing = Some(m),
                 }
                 i += 1;
+                if i % crate::read::TICK_FRAMES == 0 {
+                    tick();
+                }
                 Ok(())
             })
             .map_err(GatherError::Read)?;

@@ -268,19 +268,24 @@ class Structures:
         out: Dict[str, Any] = {"atoms": set(), "step": set(), "metas": [], "docs": []}
         if len(c) == 0:
             return out
-        batch = c.batch(sorted(set(np.linspace(0, len(c) - 1, SAMPLE).astype(int).tolist())))
-        for part in (batch["system"], batch["trajectory"]):
-            atoms = part["blocks"].get("atoms")
-            if atoms is not None:
-                valid = atoms["validity"]
-                out["atoms"].update(k for k in atoms["columns"] if k not in valid or valid[k].any())
-        for key, values in batch["trajectory"]["meta"].items():
-            if isinstance(values, list):
-                out["docs"].extend(v for v in values if isinstance(v, dict))
-                out["step"].add(key)
-            elif values.dtype.kind != "f" or not np.isnan(values).all():
-                out["step"].add(key)
-        out["metas"] = list(batch["meta"])
+        records = sorted(set(np.linspace(0, len(c) - 1, SAMPLE).astype(int).tolist()))
+        # A few records a read: records spread over a large file each map
+        # their own folios of its pages, which the reader's map budget gives
+        # back between reads, not within one.
+        for at in range(0, len(records), 8):
+            batch = c.batch(records[at : at + 8])
+            for part in (batch["system"], batch["trajectory"]):
+                atoms = part["blocks"].get("atoms")
+                if atoms is not None:
+                    valid = atoms["validity"]
+                    out["atoms"].update(k for k in atoms["columns"] if k not in valid or valid[k].any())
+            for key, values in batch["trajectory"]["meta"].items():
+                if isinstance(values, list):
+                    out["docs"].extend(v for v in values if isinstance(v, dict))
+                    out["step"].add(key)
+                elif values.dtype.kind != "f" or not np.isnan(values).all():
+                    out["step"].add(key)
+            out["metas"].extend(batch["meta"])
         return out
 
     def _default_keys(self) -> Tuple[str, ...]:
@@ -511,17 +516,20 @@ class Structures:
         energy, forces, stress, charges, magnetic moments and dipole it has
         (NaN, the fill of a structure without one, is left out); ``charge``
         and ``spin`` in ``info``."""
-        Atoms, SinglePointCalculator = _ase_classes()
+        Atoms, SinglePointCalculator = _ASE or _ase_classes()
+        collections = self.collections
         which, j = 0, i
-        if len(self.collections) > 1:
+        if len(collections) > 1:
             _, w, js = self._split([i])
             which, j = int(w[0]), int(js[0])
+        plans = self._plans or self._native_plans()
         try:
-            b = self.collections[which]._reader().structure(j, self._native_plans()[which])
+            b = collections[which]._reader().structure(j, plans[which])
         except IndexError:
             self._split([i])  # the dataset's own message
             raise
         atoms = Atoms(numbers=b["atomic_numbers"], positions=b["pos"], cell=b["cell"], pbc=b["pbc"])
+        # What this dataset maps beyond the four (empty lists for most).
         for key, name in self._atoms_arrays:
             if key in b:  # absent where the structure has none
                 atoms.arrays[name] = b[key]
@@ -533,15 +541,15 @@ class Structures:
             atoms.info[key] = b[key]
         results: Dict[str, Any] = {}
         for key, name in self._calc_keys:
-            value = b.get(key)
-            if value is None:
+            if key not in b:
                 continue
-            if isinstance(value, float):
+            value = b[key]
+            if type(value) is float:
                 if value == value:  # NaN: an import's fill for none
                     results[name] = value
-            elif not (value.dtype.kind == "f" and value.ndim == 1 and np.isnan(value).any()):
+            elif not (value.ndim == 1 and value.dtype.kind == "f" and np.isnan(value).any()):
                 results[name] = value
-        if results and len(atoms):
+        if results and len(b["atomic_numbers"]):
             atoms.calc = SinglePointCalculator(atoms, **results)
         return atoms
 
