@@ -309,6 +309,21 @@ fn good_file_has_no_findings() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Builds each case's file (the good one with its edits) and requires a
+/// finding under its clause; every case that fails is listed.
+fn each_finds_its_clause(cases: Vec<(&str, Vec<Edit>, &str)>) {
+    let mut failures = Vec::new();
+    for (name, edits, want) in cases {
+        let (dir, path) = build(name, &good_recipe_with(edits));
+        let findings = inspect_file(&path, None);
+        if !clauses(&findings).contains(want) {
+            failures.push(format!("{name}: wanted {want}, got {findings:#?}"));
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 #[test]
 fn each_broken_variant_names_its_clause() {
     let shape_overflow = json!([2u64, 1u64 << 62]);
@@ -607,16 +622,7 @@ fn each_broken_variant_names_its_clause() {
         ),
     ];
 
-    let mut failures = Vec::new();
-    for (name, edits, want) in cases {
-        let (dir, path) = build(name, &good_recipe_with(edits));
-        let findings = inspect_file(&path, None);
-        if !clauses(&findings).contains(want) {
-            failures.push(format!("{name}: wanted {want}, got {findings:#?}"));
-        }
-        let _ = std::fs::remove_dir_all(dir);
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    each_finds_its_clause(cases);
 }
 
 #[test]
@@ -1417,16 +1423,7 @@ fn stored_updates_and_systems_are_held_to_the_writers_rules() {
             rec::PRECISION_F64,
         ),
     ];
-    let mut failures = Vec::new();
-    for (name, edits, want) in cases {
-        let (dir, path) = build(name, &good_recipe_with(edits));
-        let findings = inspect_file(&path, None);
-        if !clauses(&findings).contains(want) {
-            failures.push(format!("{name}: wanted {want}, got {findings:#?}"));
-        }
-        let _ = std::fs::remove_dir_all(dir);
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    each_finds_its_clause(cases);
 }
 
 /// What a conforming writer may do differently from the reference is

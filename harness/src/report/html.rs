@@ -726,14 +726,7 @@ fn conformance(out: &mut String, reports: &[Report]) {
 /// The decision trials each implementation reads otherwise, apart from
 /// the failures, with each decision's reason and contrary text.
 fn read_otherwise(out: &mut String, reports: &[Report]) {
-    let rows: Vec<(&Report, &ResultEntry)> = reports
-        .iter()
-        .flat_map(|r| {
-            r.decisions_read_otherwise()
-                .into_iter()
-                .map(move |e| (r, e))
-        })
-        .collect();
+    let rows = super::read_otherwise(reports);
     if rows.is_empty() {
         return;
     }

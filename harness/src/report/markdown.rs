@@ -100,14 +100,7 @@ fn header(out: &mut String, report: &Report) {
 /// otherwise, apart from the failures: each with its decision's reason and
 /// the text that reads otherwise, where there is one.
 fn read_otherwise(out: &mut String, reports: &[Report]) {
-    let rows: Vec<(&Report, &ResultEntry)> = reports
-        .iter()
-        .flat_map(|r| {
-            r.decisions_read_otherwise()
-                .into_iter()
-                .map(move |e| (r, e))
-        })
-        .collect();
+    let rows = super::read_otherwise(reports);
     if rows.is_empty() {
         return;
     }

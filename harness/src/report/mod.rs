@@ -745,6 +745,19 @@ fn unmapped_clauses<'a>(
         .collect()
 }
 
+/// The decision trials each of `reports` reads otherwise, with its report,
+/// in report order (what every form lists apart from the failures).
+pub(crate) fn read_otherwise(reports: &[Report]) -> Vec<(&Report, &ResultEntry)> {
+    reports
+        .iter()
+        .flat_map(|r| {
+            r.decisions_read_otherwise()
+                .into_iter()
+                .map(move |e| (r, e))
+        })
+        .collect()
+}
+
 /// Pretty JSON with a final newline, of plain data (which always serializes).
 pub(crate) fn pretty_json(value: &impl Serialize) -> String {
     let mut text = serde_json::to_string_pretty(value).expect("plain data always serializes");

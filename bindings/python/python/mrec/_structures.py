@@ -16,7 +16,6 @@ in Rust in one read transaction, with the GIL released.
 
 from __future__ import annotations
 
-import glob
 import math
 import os
 import warnings
@@ -28,6 +27,7 @@ import numpy as np
 from . import _native
 from ._collection import MAP_BUDGET_MIB, Collection, PathLike
 from ._errors import Missing, NatomsComputed
+from ._paths import expand
 
 NAN = math.nan
 
@@ -123,18 +123,8 @@ def _expand(source: Union[PathLike, Collection, Sequence[Union[PathLike, Collect
         path = os.fspath(item)
         if os.path.isdir(path) and os.path.isfile(os.path.join(path, "mrec-set.json")):
             out.append(path)  # a sharded set with a manifest: one collection, shards opened as read
-        elif os.path.isdir(path):
-            found = sorted(glob.glob(os.path.join(path, "*.mrec.lmdb")))
-            if not found:
-                raise FileNotFoundError(f"{path}: no *.mrec.lmdb file in this directory")
-            out.extend(found)
-        elif any(ch in path for ch in "*?["):
-            found = sorted(glob.glob(path))
-            if not found:
-                raise FileNotFoundError(f"{path}: no file matches")
-            out.extend(found)
         else:
-            out.append(path)
+            out.extend(expand(path, "*.mrec.lmdb"))
     if not out:
         raise ValueError("Structures needs at least one collection")
     return out

@@ -26,7 +26,6 @@ mounts. One command converts a directory of shards::
 
 from __future__ import annotations
 
-import glob
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
@@ -42,6 +41,7 @@ import sys
 from . import _ray_io
 from ._ase_import import ImportReport
 from ._collection import Collection, PathLike
+from ._paths import expand
 
 __all__ = ["read", "write", "import_ase"]
 
@@ -114,19 +114,7 @@ def _sources(sources: Union[PathLike, Sequence[PathLike]]) -> List[str]:
     items = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
     out: List[str] = []
     for item in items:
-        path = os.fspath(item)
-        if os.path.isdir(path):
-            found = sorted(glob.glob(os.path.join(glob.escape(path), "*.aselmdb")))
-            if not found:
-                raise FileNotFoundError(f"{path}: no *.aselmdb file in this directory")
-            out.extend(found)
-        elif any(ch in path for ch in "*?["):
-            found = sorted(glob.glob(path))
-            if not found:
-                raise FileNotFoundError(f"{path}: no file matches")
-            out.extend(found)
-        else:
-            out.append(path)
+        out.extend(expand(os.fspath(item), "*.aselmdb"))
     if not out:
         raise ValueError("import_ase needs at least one source")
     return out
