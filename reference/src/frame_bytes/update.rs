@@ -169,24 +169,8 @@ pub(crate) fn decode_update_known<'a, K>(
         }),
     };
     if let Some(rest) = rest {
-        let mut meta = std::mem::take(&mut memo.recycled);
-        // The tail the encoder writes, read in one pass; anything else goes
-        // to the scanner (the known blocks text was UTF-8, as part of an
-        // accepted header; the rest is checked here).
-        let info = match update_tail(rest, &mut meta) {
-            Some((step, time)) => Some(FrameInfo {
-                meta,
-                meta_types: None,
-                step: Some(step),
-                time,
-                cell: None,
-            }),
-            None => std::str::from_utf8(rest)
-                .ok()
-                .and_then(|rest| scan_header(value, rest, payload_start, true, Some(meta)))
-                .map(|frame| frame.info),
-        };
-        if let Some(info) = info {
+        let meta = std::mem::take(&mut memo.recycled);
+        if let Some(info) = rest_info(value, rest, payload_start, meta) {
             return Ok(match found {
                 Some(known) => Known::Found {
                     known,
@@ -255,13 +239,22 @@ pub(crate) fn same_blocks_at(
 /// checked as [`decode`] does; `meta` is read into when the update's
 /// per-step keys are its keys, in one pass. `None` when the rest is not
 /// what the fast paths take: then [`decode_update`] decides.
-pub(crate) fn decode_rest(
-    value: &[u8],
-    rest_start: usize,
-    mut meta: Document,
-) -> Option<FrameInfo> {
+pub(crate) fn decode_rest(value: &[u8], rest_start: usize, meta: Document) -> Option<FrameInfo> {
     let (header, payload_start) = header_bytes(value).ok()?;
     let rest = header.get(rest_start.checked_sub(8)?..)?;
+    rest_info(value, rest, payload_start, meta)
+}
+
+/// An update's header after its `blocks` text: the tail the encoder writes,
+/// read in one pass into `meta`; anything else goes to the scanner (the
+/// known blocks text was UTF-8, as part of an accepted header; the rest is
+/// checked here). `None` when the rest is not an update's.
+fn rest_info(
+    value: &[u8],
+    rest: &[u8],
+    payload_start: usize,
+    mut meta: Document,
+) -> Option<FrameInfo> {
     match update_tail(rest, &mut meta) {
         Some((step, time)) => Some(FrameInfo {
             meta,

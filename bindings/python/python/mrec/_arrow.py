@@ -301,6 +301,19 @@ class _Lists:
         return self.values[lo:hi], (None if valid is None or valid.all() else valid)
 
 
+def _columns_of(per_col: Mapping[str, _Lists], i: int) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+    """Row `i`'s part of each column of a block, and the validity of the
+    nullable ones."""
+    columns: Dict[str, Any] = {}
+    validity: Dict[str, np.ndarray] = {}
+    for name, lists in per_col.items():
+        values, valid = lists.rows(*lists.span(i))
+        columns[name] = values
+        if valid is not None:
+            validity[name] = valid
+    return columns, validity
+
+
 def records_from_table(table: pa.Table, layout: RecordLayout) -> Iterator[Dict[str, Any]]:
     """The records of record rows, in the shape ``Writer.append`` takes."""
     table = table.combine_chunks()
@@ -347,12 +360,7 @@ def records_from_table(table: pa.Table, layout: RecordLayout) -> Iterator[Dict[s
             for block, ((there, counts), per_col) in sys_blocks.items():
                 if not there[i]:
                     continue
-                columns, validity = {}, {}
-                for name, lists in per_col.items():
-                    values, valid = lists.rows(*lists.span(i))
-                    columns[name] = values
-                    if valid is not None:
-                        validity[name] = valid
+                columns, validity = _columns_of(per_col, i)
                 sblocks[block] = {"columns": columns, "validity": validity, "count": int(counts[i])}
             record["system"] = {"meta": doc["meta"], "meta_types": doc["meta_types"], "blocks": sblocks, "cell": doc["cell"]}
         if has_traj[i]:
@@ -362,12 +370,7 @@ def records_from_table(table: pa.Table, layout: RecordLayout) -> Iterator[Dict[s
                 if not present.any():
                     continue
                 count = np.asarray(count_l.rows(*count_l.span(i))[0], np.int64)
-                columns, validity = {}, {}
-                for name, lists in per_col.items():
-                    values, valid = lists.rows(*lists.span(i))
-                    columns[name] = values
-                    if valid is not None:
-                        validity[name] = valid
+                columns, validity = _columns_of(per_col, i)
                 tblocks[block] = {
                     "present": present,
                     "offsets": np.concatenate([[0], np.cumsum(count)]).astype(np.int64),

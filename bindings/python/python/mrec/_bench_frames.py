@@ -103,18 +103,28 @@ def _lance_peer(c: mrec.Collection, order: List[int], passes: int, per_call: int
         return _passes(passes, run)
 
 
+def open_ase_peer(path: str) -> Any:
+    """The ASE-LMDB peer opened as ML loaders open it (``ase.db.connect``,
+    ``type="aselmdb"`` of ``ase-db-backends``, read-only), or ``None`` with a
+    note on stderr saying why it is not measured."""
+    try:
+        import ase.db
+    except ImportError:
+        print("note: no `ase`, the ase.db peer is not measured", file=sys.stderr)
+        return None
+    try:
+        return ase.db.connect(path, type="aselmdb", readonly=True, readahead=False)
+    except Exception as e:  # noqa: BLE001 (no ase-db-backends, or another ASE)
+        print(f"note: ase.db cannot open the peer ({e}); not measured", file=sys.stderr)
+        return None
+
+
 def _ase_peer(path: str, order: List[int], passes: int, per_call: int) -> Optional[Tuple[float, Rates]]:
     """ASE-LMDB through ASE (``ase-db-backends``' ``aselmdb``, read-only, as
     FairChem opens it): ``row.toatoms()`` of each frame of a call of
     `per_call` (frame j is row j + 1 of ``peer.ase.lmdb``)."""
-    try:
-        import ase.db
-    except ImportError:
-        return None
-    try:
-        db = ase.db.connect(path, type="aselmdb", readonly=True, readahead=False)
-    except Exception as e:  # noqa: BLE001 (no ase-db-backends, or another ASE)
-        print(f"note: ase.db cannot open the peer ({e}); not measured", file=sys.stderr)
+    db = open_ase_peer(path)
+    if db is None:
         return None
     calls = _chunks(order, per_call)
 

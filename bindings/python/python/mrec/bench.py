@@ -214,15 +214,8 @@ def _peer_ase(path: str, c: mrec.Collection, order: List[int], passes: int) -> O
     """The same frames through ASE itself (``ase.db.connect(type="aselmdb")``
     of the ``ase-db-backends`` package, read-only, as ML loaders open it):
     a row per frame, ``toatoms()``, positions and forces."""
-    try:
-        import ase.db
-    except ImportError:
-        print("note: no `ase`, the ase.db peer is not measured", file=sys.stderr)
-        return None
-    try:
-        db = ase.db.connect(path, type="aselmdb", readonly=True, readahead=False)
-    except Exception as e:  # noqa: BLE001 (no ase-db-backends, or another ASE)
-        print(f"note: ase.db cannot open the peer ({e}); not measured", file=sys.stderr)
+    db = _bench_frames.open_ase_peer(path)
+    if db is None:
         return None
     first = c.index["first_frame"]
     counts = c.index["n_frames"]
