@@ -135,6 +135,60 @@ def test_get_atoms_is_what_ase_reads(imported: tuple) -> None:
         assert (a.info["charge"], a.info["spin"]) == (src.info["charge"], src.info["spin"])
 
 
+
+def test_get_atoms_builds_what_ases_constructors_build(imported: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`get_atoms` fills the objects' attributes directly where that gives
+    what ASE's constructors give: with the installed ase it does, and every
+    attribute of the atoms, of the calculator and of its copy of the atoms
+    equals the constructors' (types, dtypes, values); the copy shares no
+    array; a moved atom is seen by the calculator."""
+    from mrec import _ase_build
+
+    out, _ = imported
+    ds = mrec.Structures(out)
+    assert _ase_build._fast(), "the installed ase is not matched by the direct path"
+    built = [ds.get_atoms(i) for i in range(len(ds))]
+    monkeypatch.setattr(_ase_build, "_FAST", False)
+    made = [ds.get_atoms(i) for i in range(len(ds))]
+
+    def attributes(x: Any) -> dict:
+        out = {}
+        for key, value in vars(x).items():
+            if key in ("_calc", "atoms"):
+                continue
+            if hasattr(value, "array"):  # Cell
+                value = value.array
+            if isinstance(value, np.ndarray):
+                value = (value.dtype.str, value.shape, value.tobytes())
+            elif isinstance(value, dict):
+                value = {k: (v.dtype.str, v.shape, v.tobytes()) if isinstance(v, np.ndarray) else v for k, v in value.items()}
+            elif isinstance(value, list):
+                value = [(type(c).__name__, repr(c.todict())) for c in value]
+            elif callable(value):
+                value = (value.__func__, value.__self__ is x)
+            out[key] = (type(vars(x)[key]), value)
+        return out
+
+    with_calc = 0
+    for a, b in zip(built, made):
+        assert type(a) is type(b) and attributes(a) == attributes(b)
+        assert (a.calc is None) == (b.calc is None)
+        if b.calc is None:
+            continue
+        with_calc += 1
+        assert type(a.calc) is type(b.calc) and attributes(a.calc) == attributes(b.calc)
+        assert attributes(a.calc.atoms) == attributes(b.calc.atoms) and a.calc.atoms is not a
+        copy = a.calc.atoms
+        for key, value in vars(a).items():
+            assert value is None or value is not vars(copy)[key], key
+        assert a.cell.array is not copy.cell.array
+        for x in a.arrays.values():
+            assert not any(np.shares_memory(x, y) for y in copy.arrays.values())
+        assert a.calc.check_state(a) == [] and a.get_potential_energy() == b.get_potential_energy()
+        a.positions[0, 0] += 1.0
+        assert a.calc.check_state(a) == ["positions"]
+    assert with_calc > 100
+
 def test_several_collections_are_one_dataset(imported: tuple, tmp_path: Path) -> None:
     out, source = imported
     second = tmp_path / "second.mrec.lmdb"

@@ -24,7 +24,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _native
+from . import _ase_build, _native
 from ._collection import MAP_BUDGET_MIB, Collection, PathLike
 from ._errors import Missing, NatomsComputed
 from ._paths import expand
@@ -506,7 +506,6 @@ class Structures:
         energy, forces, stress, charges, magnetic moments and dipole it has
         (NaN, the fill of a structure without one, is left out); ``charge``
         and ``spin`` in ``info``."""
-        Atoms, SinglePointCalculator = _ASE or _ase_classes()
         collections = self.collections
         which, j = 0, i
         if len(collections) > 1:
@@ -518,7 +517,7 @@ class Structures:
         except IndexError:
             self._split([i])  # the dataset's own message
             raise
-        atoms = Atoms(numbers=b["atomic_numbers"], positions=b["pos"], cell=b["cell"], pbc=b["pbc"])
+        atoms = _ase_build.atoms(b["atomic_numbers"], b["pos"], b["cell"], b["pbc"])
         # What this dataset maps beyond the four (empty lists for most).
         for key, name in self._atoms_arrays:
             if key in b:  # absent where the structure has none
@@ -540,7 +539,7 @@ class Structures:
             elif not (value.ndim == 1 and value.dtype.kind == "f" and np.isnan(value).any()):
                 results[name] = value
         if results and len(b["atomic_numbers"]):
-            atoms.calc = SinglePointCalculator(atoms, **results)
+            _ase_build.attach(atoms, results)
         return atoms
 
     # -- metadata without decoding -------------------------------------------
@@ -604,20 +603,6 @@ class StructureIds(Sequence):
         if isinstance(i, slice):
             return [self._ds.id_of(k) for k in range(*i.indices(len(self)))]
         return self._ds.id_of(int(i))
-
-
-_ASE: Optional[Tuple[Any, Any]] = None
-
-
-def _ase_classes() -> Tuple[Any, Any]:
-    """``ase.Atoms`` and ``SinglePointCalculator``, imported once."""
-    global _ASE
-    if _ASE is None:
-        from ase import Atoms
-        from ase.calculators.singlepoint import SinglePointCalculator
-
-        _ASE = (Atoms, SinglePointCalculator)
-    return _ASE
 
 
 def _reorder_rows(values: Any, counts: np.ndarray, order: np.ndarray) -> Any:
