@@ -11,17 +11,20 @@ range, not the whole set.
 
 from __future__ import annotations
 
+import _thread
 import functools
 import glob
 import json
 import math
 import os
+import threading
 import time
 import uuid
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import pyarrow as pa
+import ray
 from ray.data.block import BlockAccessor, BlockMetadata
 from ray.data.datasource import Datasink, Datasource, ReadTask
 
@@ -295,9 +298,72 @@ class SetDatasink(Datasink):
 ASELMDB = (".aselmdb", ".lmdb")
 
 
-def import_one(source: str, out: str, options: Mapping[str, Any]) -> Dict[str, Any]:
+def stop_path(out_dir: str, job: str) -> str:
+    """The file whose existence tells a job's import tasks to stop (named
+    with the job's token, so that the job's cleanup removes it)."""
+    return os.path.join(out_dir, f"mrec-set.{job}.stop")
+
+
+def stop_tasks(stop: str, refs: Sequence[Any]) -> None:
+    """Stops a failed job's import tasks and waits until every one has
+    ended, so that none writes after the cleanup. Tasks watch ``stop``:
+    one not yet started does nothing, a running one is interrupted at the
+    importer's next check. ``ray.cancel`` is not used: cancelling a task
+    whose reply is in flight fails a check in Ray's task manager that ends
+    the driver (Ray 2.60, with and without ``force``)."""
+    with open(stop, "w"):
+        pass
+    ray.wait(list(refs), num_returns=len(refs), fetch_local=False)
+
+
+class _StopWatch:
+    """Interrupts this process's main thread (as Ctrl-C does, which the
+    importer checks between rows) once the file ``stop`` exists; polls
+    every ``period`` seconds until closed."""
+
+    def __init__(self, stop: str, period: float = 0.2) -> None:
+        self.stop = stop
+        self.fired = False
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._watch, args=(period,), name="mrec-stop-watch", daemon=True)
+        self._thread.start()
+
+    def _watch(self, period: float) -> None:
+        while not self._closed.wait(period):
+            if os.path.exists(self.stop):
+                with self._lock:
+                    if not self._closed.is_set():
+                        self.fired = True
+                        _thread.interrupt_main()
+                return
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed.set()
+        self._thread.join()
+
+
+def import_one(source: str, out: str, options: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
     """One Ray task: one source into one shard (``out``), by the importer
-    of ``mrec import aselmdb``; returns its report as a dict."""
+    of ``mrec import aselmdb``; returns its report as a dict, or None when
+    the job was stopped (``options["stop"]`` exists: another task
+    failed)."""
+    if os.path.exists(options["stop"]):
+        return None
+    watch = _StopWatch(options["stop"])
+    try:
+        try:
+            return _import_one(source, out, options)
+        finally:
+            watch.close()
+    except KeyboardInterrupt:
+        if watch.fired:
+            return None
+        raise
+
+
+def _import_one(source: str, out: str, options: Mapping[str, Any]) -> Dict[str, Any]:
     common = {k: options[k] for k in ("group_by", "order_by", "index_columns", "skip_bad", "overwrite")}
     if source.endswith(ASELMDB):
         return dict(_native.import_aselmdb([source], out, threads=options["threads"], **common))

@@ -140,9 +140,11 @@ def import_ase(
     (its mapping, refusals and report), each writing
     ``<source name>.mrec.lmdb``; then the manifest, last. ``group_by``
     groups rows within each source. Returns the reports merged (per source
-    lines, counts added). A task that fails stops the job: the shards
-    written are removed and no manifest is written (errors are the
-    importer's: :class:`mrec.BadInput`, :class:`mrec.Refused`)."""
+    lines, counts added). A task that fails stops the job: tasks not
+    started do nothing, running ones are interrupted, and once every task
+    has ended the shards written are removed; no manifest is written
+    (errors are the importer's: :class:`mrec.BadInput`,
+    :class:`mrec.Refused`)."""
     files = _sources(sources)
     out_dir = os.path.abspath(os.fspath(out_dir))
     outputs = [os.path.join(out_dir, _ray_io.shard_name(f)) for f in files]
@@ -159,14 +161,14 @@ def import_ase(
         "overwrite": True,
         "threads": int(threads),
         "format": format,
+        "stop": _ray_io.stop_path(out_dir, job),
     }
     task = ray.remote(num_cpus=num_cpus, max_retries=0)(_ray_io.import_one)
     refs = [task.remote(os.path.abspath(f), o, options) for f, o in zip(files, outputs)]
     try:
         reports = ray.get(refs)
     except BaseException:
-        for r in refs:
-            ray.cancel(r, force=True)
+        _ray_io.stop_tasks(options["stop"], refs)
         _ray_io.remove_files(outputs)
         _ray_io.fail_set(out_dir, job)
         raise
