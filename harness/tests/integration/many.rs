@@ -423,20 +423,7 @@ fn documented_commands_use_release_and_parse() {
             {
                 let args = args.split('#').next().unwrap_or(args);
                 let args = shell_words(&args.replace(['[', ']'], ""));
-                let out = harness(
-                    &args
-                        .iter()
-                        .map(String::as_str)
-                        .chain(["--help"])
-                        .collect::<Vec<_>>(),
-                );
-                assert!(
-                    out.status.success(),
-                    "{}: `harness {}` is refused: {}",
-                    doc.display(),
-                    args.join(" "),
-                    String::from_utf8_lossy(&out.stderr)
-                );
+                assert_harness_accepts(doc, &args);
                 checked += 1;
                 continue;
             }
@@ -463,25 +450,31 @@ fn documented_commands_use_release_and_parse() {
                 };
                 // `[--option value]`: an optional part, checked as given.
                 let args = shell_words(&args.replace(['[', ']'], ""));
-                let out = harness(
-                    &args
-                        .iter()
-                        .map(String::as_str)
-                        .chain(["--help"])
-                        .collect::<Vec<_>>(),
-                );
-                assert!(
-                    out.status.success(),
-                    "{}: `harness {}` is refused: {}",
-                    doc.display(),
-                    args.join(" "),
-                    String::from_utf8_lossy(&out.stderr)
-                );
+                assert_harness_accepts(doc, &args);
                 checked += 1;
             }
         }
     }
     assert!(checked >= 5, "only {checked} commands checked");
+}
+
+/// Runs `harness ARGS --help`: an unknown option or subcommand in a
+/// documented command line fails, naming the document.
+fn assert_harness_accepts(doc: &Path, args: &[String]) {
+    let out = harness(
+        &args
+            .iter()
+            .map(String::as_str)
+            .chain(["--help"])
+            .collect::<Vec<_>>(),
+    );
+    assert!(
+        out.status.success(),
+        "{}: `harness {}` is refused: {}",
+        doc.display(),
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Splits a command line as `sh` would for plain words and single quotes.
