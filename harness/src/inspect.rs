@@ -7,6 +7,7 @@
 //! read-only through `heed` and read key by key. Every breach is reported
 //! as a [`Finding`] naming its clause id.
 
+mod content;
 pub mod frame_bytes;
 pub mod pages;
 pub mod records;
@@ -77,9 +78,11 @@ pub mod clause {
     pub const KEYS_SCHEME: &str = "lmdb.keys.scheme";
     /// Every trajectory update carries its step.
     pub const FRAME_STEP: &str = "lmdb.frame.step";
+    /// The `ff` frame's meta is the plain force-field document.
+    pub const FF_META: &str = "mrf1.ff-meta";
     /// `step` and `time` only on trajectory updates.
     pub const STEP_TIME_PLACEMENT: &str = "mrf1.step-time-placement";
-    /// `n_atoms` follows DIGEST §3.
+    /// `n_atoms` is the rows of the record's `atoms` (lmdb.md, index).
     pub const INDEX_N_ATOMS: &str = "lmdb.index.n-atoms";
     /// A writer stores an undefined cell with identity vectors and an
     /// explicit all-false boundary.
@@ -94,8 +97,9 @@ pub mod clause {
 pub struct Expected {
     /// For record r, the blocks present at its first resolved frame.
     pub first_frame_blocks: Vec<Vec<String>>,
-    /// For record r, the `n_atoms` the index must hold (DIGEST §3).
-    pub n_atoms: Vec<u64>,
+    /// The fixture the writer was handed (canonical JSON), when known: the
+    /// file's content, read by the harness, must be its logical content.
+    pub fixture: Option<Value>,
 }
 
 /// The most findings one inspection reports.
@@ -104,11 +108,14 @@ pub const MAX_FINDINGS: usize = 100;
 /// Checks a written `.mrec.lmdb` file against the binding's rules with the
 /// harness's own code.
 ///
-/// `expected`: optional, what the fixture says the file must hold: the blocks
-/// of each record's first resolved frame, for the first-restates rule
-/// (`"box"` is satisfied by a `box` block or by the header's `box`), and the
-/// index's `n_atoms`. Returns every finding (at most [`MAX_FINDINGS`]); empty
-/// means the file conforms. Never panics.
+/// `expected`: optional, what the fixture says the file must hold: its
+/// logical content (read from the file with the harness's own code and
+/// compared by the judge), and the blocks of each record's first resolved
+/// frame, for the first-restates rule (`"box"` is satisfied by a `box`
+/// block or by the header's `box`). Without it, every rule the file itself
+/// determines is still checked (`n_atoms` among them). Returns every
+/// finding (at most [`MAX_FINDINGS`]); empty means the file conforms.
+/// Never panics.
 pub fn inspect_file(path: &Path, expected: Option<&Expected>) -> Vec<Finding> {
     let mut out = Findings::default();
     if check_file_shape(path, &mut out) {
@@ -410,7 +417,15 @@ fn inspect_db(
                     }
                 }
             }
-            Key::ForceField => check_frame_value(&label, value, None, out),
+            Key::ForceField => {
+                check_frame_value(&label, value, None, out);
+                if frame_bytes::parse(value).is_ok_and(|v| v.header.contains_key("meta_types")) {
+                    out.push(
+                        clause::FF_META,
+                        format!("{label}: the force-field frame carries meta_types (its meta is the plain document)"),
+                    );
+                }
+            }
             Key::Record(r) => {
                 check_record_number(&label, r, counts.n_records, out);
                 match serde_json::from_slice::<Value>(value) {
@@ -482,18 +497,77 @@ fn inspect_db(
             }
             let updates = records::stored_updates(db, rtxn, ff, nf);
             records::check_record_updates(&updates, r, &declared, out);
+            check_n_atoms(db, rtxn, r, index.n_atoms[r], &updates, out);
         }
+    }
+    if let Some(fixture) = expected.and_then(|e| e.fixture.as_ref()) {
+        check_content(db, rtxn, fixture, out);
     }
     if let (Some(expected), Some(index)) = (expected, index) {
         check_first_frames(db, rtxn, &index, &expected.first_frame_blocks, out);
-        for (r, (&got, &want)) in index.n_atoms.iter().zip(&expected.n_atoms).enumerate() {
-            if got != want {
+    }
+}
+
+/// `n_atoms` of record `r` as the file itself determines it (lmdb.md,
+/// index): the rows of the system's `atoms` block (even zero), else of the
+/// record's first stored update that has `atoms` (a record's first frame
+/// restates every block present there, so that is the trajectory's first
+/// update of `atoms`), else 0.
+fn check_n_atoms(
+    db: Database<Bytes, Bytes>,
+    rtxn: &RoTxn,
+    r: usize,
+    stored: u64,
+    updates: &[(u64, FrameView<'_>)],
+    out: &mut Findings,
+) {
+    let atoms = |view: &FrameView<'_>| view.blocks()?.get("atoms")?.get("count")?.as_u64();
+    let system = db
+        .get(rtxn, &Key::System(r as u64).encode())
+        .ok()
+        .flatten()
+        .and_then(|value| frame_bytes::parse(value).ok());
+    let (rows, from) = match system.as_ref().and_then(atoms) {
+        Some(rows) => (rows, "the system's `atoms` block".to_string()),
+        None => match updates.iter().find_map(|(j, u)| Some((atoms(u)?, j))) {
+            Some((rows, j)) => (rows, format!("the first update of `atoms` (f:{j})")),
+            None => (
+                0,
+                "no `atoms` block in the system or the trajectory".to_string(),
+            ),
+        },
+    };
+    if stored != rows {
+        out.push(
+            clause::INDEX_N_ATOMS,
+            format!("index: n_atoms[{r}] is {stored}; {from} gives {rows}"),
+        );
+    }
+}
+
+/// The file's content, read with the harness's own code, is the fixture's
+/// logical content: one finding per difference, at its path.
+fn check_content(db: Database<Bytes, Bytes>, rtxn: &RoTxn, fixture: &Value, out: &mut Findings) {
+    let read = match content::read(db, rtxn) {
+        Ok(read) => read,
+        Err(finding) => return out.push(&finding.clause, finding.message),
+    };
+    match crate::judge::compare_file(fixture, &read) {
+        Ok(differences) => {
+            for d in differences {
                 out.push(
-                    clause::INDEX_N_ATOMS,
-                    format!("index: n_atoms[{r}] is {got}, the record's atoms have {want} rows"),
+                    content::clause::SAME_CONTENT,
+                    format!(
+                        "the file's content differs from the fixture at {}: the fixture has {}, the file {}",
+                        d.path, d.expected, d.actual
+                    ),
                 );
             }
         }
+        Err(e) => out.push(
+            content::clause::SAME_CONTENT,
+            format!("the file's content does not read as a collection: {e}"),
+        ),
     }
 }
 
@@ -707,6 +781,24 @@ fn check_meta(bytes: &[u8], out: &mut Findings) -> MetaCounts {
             ),
         ),
         None => out.push(clause::META_WELL_FORMED, "meta has no sequence_schema"),
+    }
+
+    let fills = meta
+        .get("sequence_schema")
+        .and_then(|s| s.get("meta"))
+        .and_then(Value::as_object);
+    for (key, entry) in fills.into_iter().flatten() {
+        if let (Some(tag), Some(fill)) = (
+            entry.get("dtype").and_then(Value::as_str),
+            entry.get("fill"),
+        ) {
+            records::check_typed(
+                tag,
+                fill,
+                &format!("meta.sequence_schema.meta.{key}.fill"),
+                out,
+            );
+        }
     }
 
     counts.declared_shapes = meta

@@ -17,6 +17,7 @@ pub mod inspect;
 pub mod interop;
 pub mod judge;
 pub mod many;
+pub mod power;
 pub mod recipe;
 pub mod report;
 pub mod runner;

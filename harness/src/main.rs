@@ -109,6 +109,11 @@ enum Command {
     Inspect {
         /// The file.
         file: PathBuf,
+        /// The canonical-JSON collection the file was written from: its
+        /// content, read by the harness, is compared with it, and each
+        /// record's first frame must restate the blocks present there.
+        #[arg(long)]
+        fixture: Option<PathBuf>,
     },
     /// A clause's text, source, basis, cases and verdicts (of the reports
     /// given, else of the bundled reference, run on those cases now); with
@@ -123,6 +128,23 @@ enum Command {
         /// Verdicts from this report.json instead of a run of the reference (repeatable).
         #[arg(long)]
         report: Vec<PathBuf>,
+        /// A tree holding suites/, fixtures/ and spec-map.toml, read instead of
+        /// the data built into this binary (to run a tree being edited).
+        #[arg(long)]
+        root: Option<PathBuf>,
+    },
+    /// The suite's power: every writer trace and reader rule with a
+    /// plausible bug of an independent implementation, and the cases whose
+    /// trials catch it (the table of docs/suites.md); exit 1 when a trace
+    /// has no check or a bug fewer than two catching cases.
+    Power {
+        /// Print only the problems, not the table.
+        #[arg(long)]
+        quiet: bool,
+        /// Write the table into this Markdown file, between its markers
+        /// (docs/suites.md of a checkout).
+        #[arg(long)]
+        docs: Option<PathBuf>,
         /// A tree holding suites/, fixtures/ and spec-map.toml, read instead of
         /// the data built into this binary (to run a tree being edited).
         #[arg(long)]
@@ -299,8 +321,16 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         }
-        Command::Inspect { file } => {
-            let findings = harness::inspect::inspect_file(&file, None);
+        Command::Inspect { file, fixture } => {
+            let expected = match fixture.as_deref().map(expected_of) {
+                None => None,
+                Some(Ok(expected)) => Some(expected),
+                Some(Err(e)) => {
+                    eprintln!("harness: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let findings = harness::inspect::inspect_file(&file, expected.as_ref());
             for f in &findings {
                 eprintln!("[{}] {}", f.clause, f.message);
             }
@@ -318,6 +348,7 @@ fn main() -> ExitCode {
             report,
             root,
         } => trace(layout(root), clause, uncovered, &report),
+        Command::Power { quiet, docs, root } => power(&layout(root), quiet, docs),
         Command::Report {
             command:
                 ReportCommand::Merge {
@@ -716,6 +747,72 @@ fn expectations_by_name(
     Ok(out)
 }
 
+/// What a file written from the fixture at `path` must hold.
+fn expected_of(path: &Path) -> Result<harness::inspect::Expected, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let fixture: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let logical = harness::judge::expected_logical(&fixture)
+        .map_err(|e| format!("{}: not a collection: {e}", path.display()))?;
+    Ok(harness::runner::expected_file(&fixture, &logical))
+}
+
+fn power(layout: &Layout, quiet: bool, docs: Option<PathBuf>) -> ExitCode {
+    let loaded = layout
+        .spec_map()
+        .and_then(|spec| Ok((spec, layout.suites()?)));
+    let (spec, suites) = match loaded {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            eprintln!("harness: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let workdir = harness::runner::scratch_dir("power");
+    let measured = harness::power::measure(layout, &spec, &mut Reference::new(), &workdir);
+    let _ = std::fs::remove_dir_all(&workdir);
+    let inventory = match measured {
+        Ok(inventory) => inventory,
+        Err(e) => {
+            eprintln!("harness: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let table = inventory.markdown();
+    if let Some(path) = docs {
+        let written = std::fs::read_to_string(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|doc| {
+                harness::power::with_table(&doc, &table)
+                    .ok_or_else(|| format!("no `{}` line in it", harness::power::DOCS_BEGIN))
+            })
+            .and_then(|doc| std::fs::write(&path, doc).map_err(|e| e.to_string()));
+        if let Err(e) = written {
+            eprintln!("harness: {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    } else if !quiet {
+        print!("{table}");
+    }
+    let mut problems = inventory.problems(&spec);
+    for (clause, cases) in inventory.unguarded(&suites, &spec) {
+        problems.push(format!(
+            "clause {clause} (must, the text's): {} case(s) would fail on its violation ({}); at least {} must",
+            cases.len(),
+            cases.join(", "),
+            harness::power::MIN_CATCHING_CASES
+        ));
+    }
+    for p in &problems {
+        eprintln!("{p}");
+    }
+    if problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
 fn trace(layout: Layout, clause: Option<String>, uncovered: bool, reports: &[PathBuf]) -> ExitCode {
     let loaded = layout
         .spec_map()
@@ -801,6 +898,13 @@ fn trace(layout: Layout, clause: Option<String>, uncovered: bool, reports: &[Pat
                 println!();
             }
             print!("{text}");
+            let workdir = scratch_dir("trace-power");
+            let measured = harness::power::measure(&layout, &spec, &mut Reference::new(), &workdir);
+            let _ = std::fs::remove_dir_all(&workdir);
+            match measured {
+                Ok(inventory) => print!("{}", harness::trace::simulated(&inventory, &id)),
+                Err(e) => eprintln!("harness: the suite's power could not be measured: {e}"),
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

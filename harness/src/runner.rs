@@ -229,10 +229,8 @@ pub(crate) fn inspect_written(
 ) -> Result<String, (Verdict, String)> {
     let expected = judge::expected_logical(fixture)
         .map_err(|e| (Verdict::Error, format!("harness: fixture: {e}")))?;
-    let findings = inspect_file(path, Some(&expected_file(&expected)));
-    let (charged, noted): (Vec<_>, Vec<_>) = findings.iter().partition(|f| {
-        !spec.get(&f.clause).is_some_and(|c| c.is_decision()) || case.clauses.contains(&f.clause)
-    });
+    let findings = inspect_file(path, Some(&expected_file(fixture, &expected)));
+    let (charged, noted): (Vec<_>, Vec<_>) = findings.iter().partition(|f| charged(f, case, spec));
     let lines = |findings: &[&crate::inspect::Finding]| {
         findings
             .iter()
@@ -253,6 +251,13 @@ pub(crate) fn inspect_written(
         "file inspection, under decisions this case does not test (not charged):\n{}",
         lines(&noted)
     ))
+}
+
+/// Whether a finding fails a write trial of `case`: one under a clause of
+/// the text always, one under a decision only when the case lists it.
+pub(crate) fn charged(finding: &crate::inspect::Finding, case: &Case, spec: &SpecMap) -> bool {
+    !spec.get(&finding.clause).is_some_and(|c| c.is_decision())
+        || case.clauses.contains(&finding.clause)
 }
 
 /// The implementation reads a file of the fixture's content: one the
@@ -377,8 +382,8 @@ fn read_refusal(
     ctx: &mut Context<'_>,
     path: &Path,
 ) -> Decided {
-    if let Err(decided) = build_recipe(case, ctx, path) {
-        return decided;
+    if let Err(e) = build_recipe(case, ctx.layout, &mut *ctx.reference, path) {
+        return (Verdict::Error, e, None);
     }
     expect_refusal(
         case,
@@ -418,31 +423,30 @@ fn read_accept(
         Ok(f) => f,
         Err(e) => return (Verdict::Error, e, None),
     };
-    if let Err(decided) = build_recipe(case, ctx, path) {
-        return decided;
+    if let Err(e) = build_recipe(case, ctx.layout, &mut *ctx.reference, path) {
+        return (Verdict::Error, e, None);
     }
     read_and_judge(&fixture, Expect::Stored, imp, path)
 }
 
-/// Builds the case's recipe at `path`, its base written by the reference.
-fn build_recipe(case: &Case, ctx: &mut Context<'_>, path: &Path) -> Result<(), Decided> {
+/// Builds the case's recipe at `path`, its base written by `reference`.
+pub(crate) fn build_recipe(
+    case: &Case,
+    layout: &Layout,
+    reference: &mut dyn Implementation,
+    path: &Path,
+) -> Result<(), String> {
     let Some(recipe) = &case.recipe else {
-        return Err((
-            Verdict::Error,
-            "harness: the case has no recipe".into(),
-            None,
-        ));
+        return Err("harness: the case has no recipe".into());
     };
-    let reference = &mut *ctx.reference;
     let mut write_base = |json: &Value, out: &Path| -> Result<(), String> {
         match reference.write(json, out) {
             Outcome::Done(()) => Ok(()),
             other => Err(format!("the reference could not write the base: {other:?}")),
         }
     };
-    let layout = ctx.layout;
     materialize(recipe, path, &mut write_base, &|name| layout.fixture(name))
-        .map_err(|e| (Verdict::Error, format!("harness: recipe: {e}"), None))
+        .map_err(|e| format!("harness: recipe: {e}"))
 }
 
 /// Whether a refusal naming `named` names `expected`: the clause itself,
@@ -480,11 +484,10 @@ fn refusal(case: &Case, message: String, clause: Option<String>) -> Decided {
     }
 }
 
-/// What a written file must hold, from the expected logical collection: for
-/// each record, the blocks present at its first resolved frame (that frame
-/// must restate them) and `n_atoms` (DIGEST §3: the system's `atoms` rows,
-/// else those of the first frame that has `atoms`, else 0).
-fn expected_file(expected: &Value) -> Expected {
+/// What a written file must hold, from the fixture and its expected logical
+/// collection: its content, and for each record the blocks present at its
+/// first resolved frame (that frame must restate them).
+pub fn expected_file(fixture: &Value, expected: &Value) -> Expected {
     let records = expected
         .get("records")
         .and_then(Value::as_array)
@@ -505,23 +508,9 @@ fn expected_file(expected: &Value) -> Expected {
             names
         })
         .collect();
-    let count = |block: Option<&Value>| block.and_then(|b| b.get("count")).and_then(Value::as_u64);
-    let n_atoms = records
-        .iter()
-        .map(|r| {
-            count(r.pointer("/system/blocks/atoms"))
-                .or_else(|| {
-                    let frames = r.pointer("/trajectory/frames").and_then(Value::as_array)?;
-                    frames
-                        .iter()
-                        .find_map(|f| count(f.pointer("/blocks/atoms")))
-                })
-                .unwrap_or(0)
-        })
-        .collect();
     Expected {
         first_frame_blocks,
-        n_atoms,
+        fixture: Some(fixture.clone()),
     }
 }
 

@@ -117,6 +117,34 @@ pub fn clause(
     Ok(out)
 }
 
+/// The part of `harness trace CLAUSE` that `harness power` measured: each
+/// simulated bug under the clause and the cases whose trials catch it.
+pub fn simulated(inventory: &crate::power::Inventory, id: &str) -> String {
+    let mut out = String::new();
+    let bugs = inventory.catching(id);
+    let _ = writeln!(
+        out,
+        "\nsimulated violations (harness power): {}",
+        bugs.len()
+    );
+    for m in bugs {
+        let cases: Vec<&str> = m.spec_cases().into_iter().collect();
+        let _ = writeln!(
+            out,
+            "  {} ({}): caught by {} case(s) resting on the text: {}",
+            m.id,
+            m.what,
+            cases.len(),
+            if cases.is_empty() {
+                "none".to_string()
+            } else {
+                cases.join(", ")
+            }
+        );
+    }
+    out
+}
+
 /// `harness trace --uncovered`: every clause no case lists, the waived ones
 /// with their reasons, then the ones with neither case nor waiver. The
 /// second value counts the latter (an alarm, and the command's exit status).

@@ -246,7 +246,11 @@ pub fn f64_to_json(v: f64) -> Value {
     }
 }
 
-/// Reads a typed integer: a JSON integer or a decimal string; never a real.
+/// Reads a typed integer in the forms a reader accepts (conventions.md,
+/// "Typed JSON values"): a JSON integer (exact at any size), or the decimal
+/// string of one beyond 2^53 in magnitude; never a real, and never a
+/// string for an integer a JSON number holds exactly (`"2"`), which no
+/// writer writes.
 pub fn int_from_json(value: &Value) -> Result<i128, String> {
     match value {
         Value::Number(n) => {
@@ -260,12 +264,17 @@ pub fn int_from_json(value: &Value) -> Result<i128, String> {
         }
         Value::String(s) => {
             let digits = s.strip_prefix('-').unwrap_or(s);
-            if digits.is_empty() || digits.len() > 30 || !digits.bytes().all(|b| b.is_ascii_digit())
-            {
-                return Err(format!("expected an integer, got string {s:?}"));
+            let decimal = !digits.is_empty()
+                && digits.len() <= 30
+                && digits.bytes().all(|b| b.is_ascii_digit())
+                && !(digits.len() > 1 && digits.starts_with('0'));
+            match s.parse::<i128>() {
+                Ok(v) if decimal && v.abs() > EXACT_INTEGER_LIMIT => Ok(v),
+                Ok(_) if decimal => Err(format!(
+                    "expected an integer, got the string {s:?} (within ±2^53 an integer is a JSON number)"
+                )),
+                _ => Err(format!("expected an integer, got string {s:?}")),
             }
-            s.parse::<i128>()
-                .map_err(|_| format!("expected an integer, got string {s:?}"))
         }
         other => Err(format!("expected an integer, got {}", brief(other))),
     }

@@ -181,7 +181,7 @@ fn f64_edge_values() {
 #[test]
 fn integer_edge_values() {
     let c = column(json!({"dtype": "u64", "shape": [5], "values": [
-        "9007199254740993", "18446744073709551615", 18446744073709551615u64, 9007199254740992u64, "0"
+        "9007199254740993", "18446744073709551615", 18446744073709551615u64, 9007199254740992u64, 0
     ]}));
     assert_eq!(
         c.data,
@@ -215,8 +215,20 @@ fn integer_edge_values() {
         ])
     );
 
-    let c = column(json!({"dtype": "i8", "shape": [2], "values": [-128, "127"]}));
+    let c = column(json!({"dtype": "i8", "shape": [2], "values": [-128, 127]}));
     assert_eq!(c.data, ColumnData::I8(vec![-128, 127]));
+    // Within ±2^53 an integer is a JSON number: its string, or a decimal
+    // string with a leading zero, is a form no writer writes, refused
+    // (conventions.md, "Typed JSON values").
+    for bad in [
+        json!("0"),
+        json!("127"),
+        json!("-9007199254740992"),
+        json!("09007199254740993"),
+    ] {
+        let v = json!({"dtype": "i64", "shape": [1], "values": [bad]});
+        assert!(column_from_json(&v, "c").is_err(), "{bad} was read");
+    }
     let c = column(json!({"dtype": "u16", "shape": [1], "values": [65535]}));
     assert_eq!(c.data, ColumnData::U16(vec![65535]));
 
@@ -585,7 +597,7 @@ fn system_meta_is_typed_and_inferred() {
     let f = frame_from_json(
         &json!({
             "meta": {"big": 18446744073709551615u64, "n": -3, "r": 2.0, "s": "x", "doc": {"a": [1]}, "nul": null,
-                     "cell": [1, "Infinity", 2.5], "count": "12", "flag": true},
+                     "cell": [1, "Infinity", 2.5], "count": 12, "flag": true},
             "meta_types": {"cell": "f64x3", "count": "u32"},
             "blocks": {}
         }),

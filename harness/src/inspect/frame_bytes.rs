@@ -38,6 +38,10 @@ pub mod clause {
     pub const SIZE_OVERFLOW: &str = "mrf1.size-overflow";
     /// A string column whose `values` list does not match its shape.
     pub const STRING_VALUES: &str = "mrf1.string-values";
+    /// A bool element that is not the byte 0 or 1.
+    pub const BOOL_BYTE: &str = "mrf1.bool-byte";
+    /// A validity mask byte that is not 0 or 1.
+    pub const VALIDITY: &str = "mrf1.validity";
 }
 
 /// The most findings [`check`] reports for one value.
@@ -209,7 +213,7 @@ pub fn check(value: &[u8]) -> (Option<FrameView<'_>>, Vec<FrameProblem>) {
             ),
         ));
     }
-    let payload_len = view.payload().len() as u64;
+    let payload = view.payload();
     match view.header.get("blocks") {
         None => out.push(problem(clause::HEADER_JSON, "header has no `blocks`")),
         Some(Value::Object(blocks)) => {
@@ -217,7 +221,7 @@ pub fn check(value: &[u8]) -> (Option<FrameView<'_>>, Vec<FrameProblem>) {
                 if out.len() >= MAX_FRAME_FINDINGS {
                     break;
                 }
-                check_block(name, block, payload_len, &mut out);
+                check_block(name, block, payload, &mut out);
             }
         }
         Some(other) => out.push(problem(
@@ -229,7 +233,7 @@ pub fn check(value: &[u8]) -> (Option<FrameView<'_>>, Vec<FrameProblem>) {
     (Some(view), out)
 }
 
-fn check_block(name: &str, block: &Value, payload_len: u64, out: &mut Vec<FrameProblem>) {
+fn check_block(name: &str, block: &Value, payload: &[u8], out: &mut Vec<FrameProblem>) {
     let Some(block) = block.as_object() else {
         out.push(problem(
             clause::HEADER_JSON,
@@ -260,7 +264,7 @@ fn check_block(name: &str, block: &Value, payload_len: u64, out: &mut Vec<FrameP
                 if out.len() >= MAX_FRAME_FINDINGS {
                     return;
                 }
-                check_column(name, col, entry, count, payload_len, out);
+                check_column(name, col, entry, count, payload, out);
             }
         }
         Some(other) => out.push(problem(
@@ -282,9 +286,17 @@ fn check_column(
     col: &str,
     entry: &Value,
     count: Option<u64>,
-    payload_len: u64,
+    payload: &[u8],
     out: &mut Vec<FrameProblem>,
 ) {
+    let payload_len = payload.len() as u64;
+    // One byte per element, 0 or 1 (a bool buffer, a validity mask),
+    // where the bytes lie inside the payload (else reported as such).
+    let not_a_flag = |start: u64, len: u64| -> Option<u8> {
+        let end = start.checked_add(len)?;
+        let bytes = payload.get(usize::try_from(start).ok()?..usize::try_from(end).ok()?)?;
+        bytes.iter().copied().find(|&b| b > 1)
+    };
     let at = format!("column `{block}.{col}`");
     let Some(entry) = entry.as_object() else {
         out.push(problem(
@@ -418,6 +430,13 @@ fn check_column(
                                         "{at}: buffer of {bytes} bytes at offset {offset} runs past the payload ({payload_len} bytes)"
                                     ),
                                 ));
+                            } else if entry.get("dtype") == Some(&Value::from("bool")) {
+                                if let Some(b) = not_a_flag(offset, bytes) {
+                                    out.push(problem(
+                                        clause::BOOL_BYTE,
+                                        format!("{at}: a bool element is the byte {b} (0 or 1)"),
+                                    ));
+                                }
                             }
                         }
                         None => out.push(problem(
@@ -459,7 +478,14 @@ fn check_column(
                             "{at}: validity mask of {rows} bytes at offset {offset} runs past the payload ({payload_len} bytes)"
                         ),
                     )),
-                    Some(_) => {}
+                    Some(_) => {
+                        if let Some(b) = not_a_flag(offset, rows) {
+                            out.push(problem(
+                                clause::VALIDITY,
+                                format!("{at}: a validity mask byte is {b} (0 or 1)"),
+                            ));
+                        }
+                    }
                     None => out.push(problem(
                         clause::SIZE_OVERFLOW,
                         format!("{at}: validity offset {offset} + {rows} overflows u64"),

@@ -4,8 +4,10 @@
 //! record's other updates, and each system frame's own rules.
 //!
 //! Only what a conforming writer cannot write is reported: restating an
-//! unchanged block, or the cell, at any ordinal is never a finding (the
-//! seed lets two conforming files differ in which frames restate).
+//! unchanged block at any ordinal is never a finding (the seed lets two
+//! conforming files differ in which frames restate a block), but the cell
+//! is written "only at the ordinals where it changes" (seed 000, Frames),
+//! so a cell restated unchanged within a record is.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -20,8 +22,10 @@ pub mod clause {
     pub const META_MATERIALIZED: &str = "lmdb.frame.meta-materialized";
     /// Nothing outside the declaration: blocks, columns, dtypes, keys.
     pub const RECORD_SUBSET: &str = "collection.schema.record-subset";
-    /// A per-step value in its tag's typed JSON form.
+    /// A typed value fits its tag.
     pub const FITS_TAG: &str = "typed-json.fits-tag";
+    /// A typed value is in the one form a writer writes for its tag.
+    pub const FORMS: &str = "typed-json.forms";
     /// No `precision` on a trajectory update's columns.
     pub const PRECISION_PLACEMENT: &str = "column.precision.placement";
     /// Targets an update states are the declaration's.
@@ -99,6 +103,51 @@ struct Previous {
     cell_defined: Option<bool>,
 }
 
+/// A stored cell as a reader resolves it, floats by their bits, for
+/// telling a change from a restatement: defaults applied, and an undefined
+/// cell's vectors and boundary (which a reader ignores) left out.
+#[derive(Debug, PartialEq)]
+struct Cell(Vec<Option<u64>>);
+
+impl Cell {
+    fn of(cell: &Value) -> Cell {
+        let floats = |v: Option<&Value>, default: f64, n: usize| -> Vec<Option<u64>> {
+            let flat: Vec<&Value> = match v {
+                Some(Value::Array(rows)) => rows
+                    .iter()
+                    .flat_map(|row| match row {
+                        Value::Array(items) => items.iter().collect(),
+                        one => vec![one],
+                    })
+                    .collect(),
+                _ => return vec![Some(default.to_bits()); n],
+            };
+            flat.iter()
+                .map(|x| match x {
+                    Value::String(s) if s == "NaN" => Some(f64::NAN.to_bits()),
+                    Value::String(s) if s == "Infinity" => Some(f64::INFINITY.to_bits()),
+                    Value::String(s) if s == "-Infinity" => Some(f64::NEG_INFINITY.to_bits()),
+                    other => other.as_f64().map(f64::to_bits),
+                })
+                .collect()
+        };
+        let defined = cell.get("cell_defined") != Some(&Value::Bool(false));
+        let mut bits = vec![Some(u64::from(defined))];
+        bits.extend(floats(cell.get("origin"), 0.0, 3));
+        if defined {
+            bits.extend(floats(cell.get("vectors"), f64::NAN, 9));
+            let boundary = match cell.get("boundary") {
+                Some(Value::Array(flags)) => {
+                    flags.iter().map(|f| f.as_bool().map(u64::from)).collect()
+                }
+                _ => vec![Some(1); 3],
+            };
+            bits.extend(boundary);
+        }
+        Cell(bits)
+    }
+}
+
 /// The stored updates of one record, ordinals `first .. first + n`.
 pub(super) fn check_record_updates(
     frames: &[(u64, FrameView<'_>)],
@@ -107,11 +156,30 @@ pub(super) fn check_record_updates(
     out: &mut Findings,
 ) {
     let mut previous: Option<Previous> = None;
+    let mut cell_in_effect: Option<Cell> = None;
     for (j, view) in frames {
         let label = super::key_label(&Key::Frame(*j).encode());
         let header = &view.header;
         check_update_meta(&label, header, declared, out);
         check_update_blocks(&label, view, declared, out);
+        if let Some(step) = header.get("step") {
+            check_typed("i64", step, &format!("{label}.step"), out);
+        }
+        if let Some(time) = header.get("time").filter(|t| !t.is_null()) {
+            check_typed("f64", time, &format!("{label}.time"), out);
+        }
+        let stated = header.get("box").filter(|b| !b.is_null()).map(Cell::of);
+        if let Some(cell) = stated {
+            if cell_in_effect.as_ref() == Some(&cell) {
+                out.push(
+                    super::clause::BOX_ON_CHANGE,
+                    format!(
+                        "{label}: record {r} restates the cell in effect unchanged (box is written only at the ordinals where the cell changes)"
+                    ),
+                );
+            }
+            cell_in_effect = Some(cell);
+        }
         let step = header.get("step").and_then(typed_integer);
         let has_time = header.get("time").is_some_and(|t| !t.is_null());
         let cell_defined = header
@@ -196,12 +264,7 @@ fn check_update_meta(
                 clause::RECORD_SUBSET,
                 format!("{label}: per-step key `{key}` is not declared in sequence_schema.meta"),
             ),
-            Some(tag) => {
-                if let Err(e) = crate::judge::check_tag(tag, value, &format!("{label}.meta.{key}"))
-                {
-                    out.push(clause::FITS_TAG, e);
-                }
-            }
+            Some(tag) => check_typed(tag, value, &format!("{label}.meta.{key}"), out),
         }
     }
 }
@@ -295,6 +358,16 @@ pub(super) fn check_system(label: &str, view: &FrameView<'_>, out: &mut Findings
         .get("meta")
         .and_then(Value::as_object)
         .unwrap_or(&empty);
+    for (key, value) in meta {
+        if let Some(tag) = view
+            .header
+            .get("meta_types")
+            .and_then(|t| t.get(key))
+            .and_then(Value::as_str)
+        {
+            check_typed(tag, value, &format!("{label}.meta.{key}"), out);
+        }
+    }
     if meta.contains_key("_meta_types") {
         out.push(
             clause::RESERVED_META_KEY,
@@ -370,6 +443,16 @@ fn check_canonical(col_label: &str, name: &str, entry: &Value, out: &mut Finding
             clause::CANONICAL_SHAPE,
             format!("{col_label} is a canonical key with trailing axes (one value per row)"),
         );
+    }
+}
+
+/// A typed value against its tag: it fits the tag, and it is in the one
+/// form a writer writes (an integer within ±2^53 a JSON number).
+pub(super) fn check_typed(tag: &str, value: &Value, at: &str, out: &mut Findings) {
+    if let Err(e) = crate::judge::check_tag(tag, value, at) {
+        out.push(clause::FITS_TAG, e);
+    } else if let Err(e) = crate::judge::check_typed_form(tag, value, at) {
+        out.push(clause::FORMS, e);
     }
 }
 

@@ -727,11 +727,21 @@ fn first_frame_must_restate_present_blocks() {
         &good_recipe_with(vec![put_bytes("f:2", &good_frame(0, None))]),
     );
     let findings = inspect_file(&path3, Some(&firsts(&[vec![], vec!["atoms".to_string()]])));
+    // The file alone also shows the index's n_atoms off: its record's first
+    // update of atoms is now the one at f:2.
     assert_eq!(
         clauses(&findings),
-        [clause::FRAME_FIRST_RESTATES.to_string()].into()
+        [
+            clause::FRAME_FIRST_RESTATES.to_string(),
+            clause::INDEX_N_ATOMS.to_string()
+        ]
+        .into()
     );
-    assert!(findings[0].message.contains("f:2"), "{findings:?}");
+    let restates = findings
+        .iter()
+        .find(|f| f.clause == clause::FRAME_FIRST_RESTATES)
+        .expect("a first-restates finding");
+    assert!(restates.message.contains("f:2"), "{findings:?}");
     for d in [dir, dir2, dir3] {
         let _ = std::fs::remove_dir_all(d);
     }
@@ -1264,7 +1274,7 @@ fn key_spelling_round_trips() {
 fn firsts(blocks: &[Vec<String>]) -> crate::inspect::Expected {
     crate::inspect::Expected {
         first_frame_blocks: blocks.to_vec(),
-        n_atoms: Vec::new(),
+        fixture: None,
     }
 }
 
@@ -1427,12 +1437,14 @@ fn stored_updates_and_systems_are_held_to_the_writers_rules() {
 }
 
 /// What a conforming writer may do differently from the reference is
-/// never a finding: restate an unchanged block or cell at any update,
+/// never a finding: restate an unchanged block at any update,
 /// materialize a declared fill, leave `meta_types` out of an empty system
 /// meta, write `"time": null` and `"box": null` (lmdb.md's v1 example).
 #[test]
 fn restating_and_other_conforming_choices_have_no_findings() {
     let cell = json!({"vectors": [[5.0, 0.0, 0.0], [0.0, 5.0, 0.0], [0.0, 0.0, 5.0]]});
+    // -0.0 differs from 0.0 bit for bit: a change, so stated.
+    let cell_changed = json!({"vectors": [[5.0, -0.0, 0.0], [0.0, 5.0, 0.0], [0.0, 0.0, 5.0]]});
     let (dir, path) = build(
         "restating",
         &good_recipe_with(vec![
@@ -1446,7 +1458,7 @@ fn restating_and_other_conforming_choices_have_no_findings() {
             set_header("f:1", "/meta/pe", json!("NaN")),
             set_header("f:2", "/meta/pe", json!(-2.5)),
             set_header("f:0", "/box", cell.clone()),
-            set_header("f:1", "/box", cell),
+            set_header("f:1", "/box", cell_changed),
             set_header("f:0", "/time", json!(null)),
             set_header("f:2", "/box", json!(null)),
             set_header("s:0", "/meta", json!({})),
@@ -1461,6 +1473,32 @@ fn restating_and_other_conforming_choices_have_no_findings() {
         vec!["atoms".to_string()],
     ];
     assert_eq!(inspect_file(&path, Some(&firsts(&expected))), vec![]);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The cell is written "only at the ordinals where it changes" (seed 000,
+/// Frames): a later update of the record restating the cell in effect
+/// unchanged is a finding, the file alone shows it, and origin and
+/// boundary given or left to their defaults are the same cell.
+#[test]
+fn a_cell_restated_unchanged_is_a_finding() {
+    let cell = json!({"vectors": [[5.0, 0.0, 0.0], [0.0, 5.0, 0.0], [0.0, 0.0, 5.0]]});
+    let spelled = json!({"vectors": [[5.0, 0.0, 0.0], [0.0, 5.0, 0.0], [0.0, 0.0, 5.0]],
+        "origin": [0.0, 0.0, 0.0], "boundary": [true, true, true], "cell_defined": true});
+    let (dir, path) = build(
+        "cell-restated",
+        &good_recipe_with(vec![
+            set_header("f:0", "/box", cell),
+            set_header("f:1", "/box", spelled),
+        ]),
+    );
+    let findings = inspect_file(&path, None);
+    assert_eq!(
+        clauses(&findings),
+        [clause::BOX_ON_CHANGE.to_string()].into()
+    );
+    assert!(findings[0].message.contains("f:1"), "{findings:?}");
+    assert!(findings[0].message.contains("unchanged"), "{findings:?}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

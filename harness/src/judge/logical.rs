@@ -47,6 +47,11 @@ pub(super) enum Side {
     Stored,
     /// What an implementation read back: only normalized.
     Actual,
+    /// A written file's content as the harness read it, updates as stored
+    /// (a presentation): resolved like `Stored`, never rounded, and given
+    /// nothing the writer had to write (no `molrec_version`, no derived
+    /// `sequence_schema`).
+    File,
 }
 
 /// A collection in logical form.
@@ -155,13 +160,14 @@ pub(super) fn collection(v: &Value, side: Side) -> Result<Logical, JudgeError> {
         &["meta", "sequence_schema", "index", "forcefield", "records"],
     )?;
     let mut meta = plain_object(required(m, "", "meta")?, "meta", "the collection document")?;
-    if side != Side::Actual && !meta.contains_key("molrec_version") {
+    let fixture = matches!(side, Side::Expected | Side::Stored);
+    if fixture && !meta.contains_key("molrec_version") {
         meta.insert("molrec_version".into(), Value::from(1u64)); // the writer stamps it (§2)
     }
     let records = arr(required(m, "", "records")?, "records", "records")?;
     let (schema, schema_derived) = match opt(m, "sequence_schema") {
         Some(s) => (Some(read_schema(s, "sequence_schema")?), false),
-        None if side != Side::Actual => (Some(derive_schema(records)?), true),
+        None if fixture => (Some(derive_schema(records)?), true),
         None => (None, false),
     };
     let mut out = Map::new();

@@ -124,6 +124,17 @@ pub fn check_tag(tag: &str, v: &Value, path: &str) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
+/// Whether a value that fits `tag` ([`check_tag`]) is in the one form a
+/// writer writes for it: a typed integer within ±2^53 is a JSON number,
+/// never a string (a reader refuses any other form; conventions.md, "Typed
+/// JSON values"). The inspection holds a written file's typed values to it.
+pub fn check_typed_form(tag: &str, v: &Value, path: &str) -> Result<(), String> {
+    match typed::integer_form_problem(tag, v) {
+        Some(problem) => Err(format!("{path}: {problem}")),
+        None => Ok(()),
+    }
+}
+
 /// The expected logical content of a fixture: resolved, normalized canonical JSON.
 pub fn expected_logical(fixture: &Value) -> Result<Value, JudgeError> {
     collection(fixture, Side::Expected).map(|l| l.value)
@@ -160,20 +171,44 @@ pub fn compare_stored(
     compare_sides(stored_fixture, Side::Stored, actual)
 }
 
+/// Compares a fixture with a written file's content as the harness's
+/// inspection read it: every update as stored (a presentation, which is
+/// resolved here, values never rounded). A writer that stored other
+/// content than it was handed differs; one that restated what it could
+/// have carried forward does not.
+pub fn compare_file(
+    expected_fixture: &Value,
+    file_content: &Value,
+) -> Result<Vec<Difference>, JudgeError> {
+    let expected = expected_side(expected_fixture, Side::Expected)?;
+    let file = collection(file_content, Side::File).map_err(|e| tagged("file", e))?;
+    Ok(compare_logical(expected, file.value))
+}
+
 fn compare_sides(
     expected_fixture: &Value,
     side: Side,
     actual: &Value,
 ) -> Result<Vec<Difference>, JudgeError> {
-    fn tag(who: &'static str) -> impl Fn(JudgeError) -> JudgeError {
-        move |e| JudgeError {
-            message: format!("{who}: {}", e.message),
-            ..e
-        }
+    let expected = expected_side(expected_fixture, side)?;
+    let a = actual_logical(actual).map_err(|e| tagged("actual", e))?;
+    Ok(compare_logical(expected, a))
+}
+
+fn tagged(who: &str, e: JudgeError) -> JudgeError {
+    JudgeError {
+        message: format!("{who}: {}", e.message),
+        ..e
     }
-    let expected = collection(expected_fixture, side).map_err(tag("expected"))?;
+}
+
+fn expected_side(fixture: &Value, side: Side) -> Result<logical::Logical, JudgeError> {
+    collection(fixture, side).map_err(|e| tagged("expected", e))
+}
+
+/// Every difference between the expected logical form and another side's.
+fn compare_logical(expected: logical::Logical, mut a: Value) -> Vec<Difference> {
     let mut e = expected.value;
-    let mut a = actual_logical(actual).map_err(tag("actual"))?;
     if expected.schema_derived {
         strip_nullable(&mut e);
         strip_nullable(&mut a);
@@ -187,7 +222,7 @@ fn compare_sides(
             actual: format!("... and {} more", out.more),
         });
     }
-    Ok(out.list)
+    out.list
 }
 
 /// Removes `nullable` from every column declaration of `sequence_schema`.

@@ -184,6 +184,38 @@ pub(super) fn tag_value(tag: &str, v: &Value, path: &str) -> Result<Value, Judge
     }
 }
 
+/// 2^53: the largest magnitude a typed integer is written as a JSON number.
+const EXACT_INTEGER_LIMIT: i128 = 1 << 53;
+
+/// Whether a value that reads under `tag` is in the one form a writer
+/// writes (conventions.md, "Typed JSON values"): an integer as a JSON
+/// number when `|v| <= 2^53` and as its decimal string (no sign but `-`,
+/// no leading zero) beyond. `None` when it is; else what is off.
+pub(super) fn integer_form_problem(tag: &str, v: &Value) -> Option<String> {
+    let base = tag.split('x').next().unwrap_or(tag);
+    int_range(base)?;
+    let elements = match v {
+        Value::Array(a) => a.as_slice(),
+        one => std::slice::from_ref(one),
+    };
+    elements.iter().find_map(|x| {
+        let Value::String(s) = x else { return None };
+        let digits = s.strip_prefix('-').unwrap_or(s);
+        let n: i128 = s.parse().ok()?;
+        if n.abs() <= EXACT_INTEGER_LIMIT {
+            Some(format!(
+                "the integer {s:?} is written as a string; within ±2^53 it is a JSON number"
+            ))
+        } else if digits.len() > 1 && digits.starts_with('0') {
+            Some(format!(
+                "{s:?} is not the integer's decimal string (a leading zero)"
+            ))
+        } else {
+            None
+        }
+    })
+}
+
 /// The tag an untagged system-meta value reads back as (§7).
 pub(super) fn infer_tag(v: &Value) -> &'static str {
     match v {

@@ -81,6 +81,13 @@ fn trace_shows_a_clause_its_cases_and_verdicts() {
         text.contains("collection::read-refuse-index-prefix-sum (read-refusal, refusal naming lmdb.index.prefix-sum)"),
         "{text}"
     );
+    let (text, simulated) = text
+        .split_once("\nsimulated violations (harness power): ")
+        .expect("the simulated violations after the verdicts");
+    assert!(
+        simulated.contains("index/first-frame-inclusive (writes an inclusive prefix sum as `first_frame`): caught by"),
+        "{simulated}"
+    );
     let verdicts = text
         .split("verdicts of molrec-reference")
         .nth(1)

@@ -1,0 +1,777 @@
+//! A reader's obligations, each with a plausible bug of an independent
+//! reader: what a reader with the bug hands back, made from what a
+//! conforming reader hands back (the fixture's logical content) and from
+//! how the file stores it (which updates hold which blocks and cells).
+//! Where the bug does not show in a file, `apply` hands back the
+//! conforming answer unchanged.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use super::image::Image;
+use super::shapes;
+
+/// A reader's bug and the rule it breaks.
+pub struct ReaderBug {
+    /// Stable id (`rule/bug`).
+    pub id: &'static str,
+    /// The resolution rule or reading duty.
+    pub rule: &'static str,
+    /// The clauses whose sentences the bug breaks, the first the nearest.
+    pub clauses: &'static [&'static str],
+    /// What the buggy reader does.
+    pub what: &'static str,
+    /// What the bug does to the answer.
+    pub effect: Effect,
+}
+
+/// How a reader bug shows.
+pub enum Effect {
+    /// The buggy reader's answer, from the conforming answer (logical
+    /// form) and the file's stored layout.
+    Answer(fn(&Value, &Stored) -> Value),
+    /// The reader refuses a conforming file: whether this file has the
+    /// shape it refuses. A read trial fails on any refusal of a valid file.
+    Refuses(fn(&Image, &Stored) -> bool),
+}
+
+/// How a file stores each record's trajectory.
+#[derive(Debug, Default)]
+pub struct Stored {
+    /// Per record, per update: the blocks it holds, with their row counts.
+    pub blocks: Vec<Vec<BTreeMap<String, u64>>>,
+    /// Per record, per update: the cell it states, as stored.
+    pub cells: Vec<Vec<Option<Value>>>,
+}
+
+impl Stored {
+    /// The layout of the file `image`.
+    pub fn of(image: &Image) -> Stored {
+        let mut out = Stored::default();
+        for span in image.spans() {
+            let headers = image.updates(span);
+            out.blocks.push(
+                headers
+                    .iter()
+                    .map(|h| {
+                        h.get("blocks")
+                            .and_then(Value::as_object)
+                            .into_iter()
+                            .flatten()
+                            .map(|(k, b)| (k.clone(), b["count"].as_u64().unwrap_or(0)))
+                            .collect()
+                    })
+                    .collect(),
+            );
+            out.cells.push(
+                headers
+                    .iter()
+                    .map(|h| h.get("box").filter(|b| !b.is_null()).cloned())
+                    .collect(),
+            );
+        }
+        out
+    }
+}
+
+macro_rules! bug {
+    ($id:literal, $rule:literal, [$($clause:literal),+], $what:literal, $effect:ident($apply:expr)) => {
+        ReaderBug {
+            id: $id,
+            rule: $rule,
+            clauses: &[$($clause),+],
+            what: $what,
+            effect: Effect::$effect($apply),
+        }
+    };
+    ($id:literal, $rule:literal, [$($clause:literal),+], $what:literal, $apply:expr) => {
+        bug!($id, $rule, [$($clause),+], $what, Answer($apply))
+    };
+}
+
+/// Every reader bug the suite is measured against.
+pub fn catalog() -> Vec<ReaderBug> {
+    vec![
+        bug!(
+            "resolve/no-block-carry",
+            "carry-forward of blocks",
+            ["lmdb.frame.resolve"],
+            "hands back at each frame only the blocks its update holds",
+            |v, s| frames(v, |r, k, f| {
+                let held = s.blocks.get(r).and_then(|u| u.get(k));
+                if let (Some(held), Some(b)) =
+                    (held, f.get_mut("blocks").and_then(Value::as_object_mut))
+                {
+                    b.retain(|name, _| held.contains_key(name));
+                }
+            })
+        ),
+        bug!(
+            "resolve/no-cell-carry",
+            "carry-forward of the cell",
+            ["box.trajectory-carry"],
+            "hands back a cell only at the frames whose update states one",
+            |v, s| frames(v, |r, k, f| {
+                if s.cells
+                    .get(r)
+                    .and_then(|c| c.get(k))
+                    .is_some_and(Option::is_none)
+                {
+                    f.remove("box");
+                }
+            })
+        ),
+        bug!(
+            "resolve/blocks-cross-records",
+            "record-boundary reset",
+            ["lmdb.frame.no-cross-record"],
+            "keeps its carried blocks across a record boundary",
+            |v, s| across_records(v, s, false)
+        ),
+        bug!(
+            "resolve/cell-cross-records",
+            "record-boundary reset",
+            ["lmdb.frame.no-cross-record"],
+            "keeps its carried cell across a record boundary",
+            |v, s| across_records(v, s, true)
+        ),
+        bug!(
+            "resolve/zero-row-no-change",
+            "zero-row updates",
+            ["lmdb.frame.zero-row-empties"],
+            "takes a zero-row update for no change",
+            |v, s| zero_rows(v, s, false)
+        ),
+        bug!(
+            "resolve/zero-row-absent",
+            "zero-row updates",
+            ["trajectory.block.states"],
+            "takes a zero-row update for the block's absence",
+            |v, s| zero_rows(v, s, true)
+        ),
+        bug!(
+            "per-step/shifted",
+            "per-step values",
+            ["lmdb.frame.meta-materialized"],
+            "hands back each frame's per-step values one frame late",
+            |v, _| records(v, |rec| {
+                let Some(fs) = rec
+                    .pointer_mut("/trajectory/frames")
+                    .and_then(Value::as_array_mut)
+                else {
+                    return;
+                };
+                let metas: Vec<Value> = fs.iter().map(|f| f["meta"].clone()).collect();
+                for (k, f) in fs.iter_mut().enumerate().skip(1) {
+                    f["meta"] = metas[k - 1].clone();
+                }
+            })
+        ),
+        bug!(
+            "per-step/fill-dropped",
+            "fills",
+            ["lmdb.frame.meta-materialized"],
+            "leaves out a per-step value equal to its key's fill",
+            |v, _| {
+                let fills: BTreeMap<String, Value> = v
+                    .pointer("/sequence_schema/meta")
+                    .and_then(Value::as_object)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|(k, e)| Some((k.clone(), e.get("fill")?.clone())))
+                    .collect();
+                frames(v, |_, _, f| {
+                    if let Some(m) = f.get_mut("meta").and_then(Value::as_object_mut) {
+                        m.retain(|k, x| fills.get(k) != Some(x));
+                    }
+                })
+            }
+        ),
+        bug!(
+            "typed/big-int-through-f64",
+            "typed values",
+            ["typed-json.forms"],
+            "reads integers beyond 2^53 through a double",
+            |v, _| map_numbers(v, &mut |x| match x {
+                Value::Number(n) if n.as_i64().is_some_and(|i| i.unsigned_abs() > 1 << 53) => {
+                    Some(Value::from(n.as_i64()? as f64 as i64))
+                }
+                Value::Number(n) if n.as_u64().is_some_and(|u| u > 1 << 53) =>
+                    Some(Value::from(n.as_u64()? as f64 as u64)),
+                _ => None,
+            })
+        ),
+        bug!(
+            "typed/negative-zero",
+            "typed values",
+            ["trajectory.block.change-bitwise"],
+            "reads -0.0 as 0.0",
+            |v, _| map_numbers(v, &mut |x| match x {
+                Value::Number(n)
+                    if n.is_f64()
+                        && n.as_f64().is_some_and(|f| f == 0.0 && f.is_sign_negative()) =>
+                    Some(Value::from(0.0)),
+                _ => None,
+            })
+        ),
+        bug!(
+            "typed/u64-as-i64",
+            "typed values",
+            ["column.values"],
+            "reads u64 values as i64",
+            |v, _| map_numbers(v, &mut |x| match x {
+                Value::Number(n) if n.as_u64().is_some_and(|u| u > i64::MAX as u64) =>
+                    Some(Value::from(n.as_u64()? as i64)),
+                _ => None,
+            })
+        ),
+        bug!(
+            "typed/infinity-as-nan",
+            "typed values",
+            ["typed-json.forms"],
+            "reads an infinity as NaN",
+            |v, _| map_numbers(v, &mut |x| match x {
+                Value::String(s) if s == "Infinity" || s == "-Infinity" => Some(Value::from("NaN")),
+                _ => None,
+            })
+        ),
+        bug!(
+            "mask/dropped",
+            "validity masks",
+            ["mrf1.validity"],
+            "hands back columns without their masks",
+            |v, _| columns(v, |c| {
+                c.remove("validity");
+            })
+        ),
+        bug!(
+            "precision/rerounded",
+            "stored values as stored",
+            ["column.precision.no-reround"],
+            "rounds values to their declared precision again",
+            reround
+        ),
+        bug!(
+            "record/zero-frame-trajectory-lost",
+            "zero-frame trajectories",
+            ["collection.record.zero-frame"],
+            "hands back no trajectory for a record whose trajectory has zero frames",
+            |v, _| records(v, |rec| {
+                if rec
+                    .pointer("/trajectory/frames")
+                    .and_then(Value::as_array)
+                    .is_some_and(Vec::is_empty)
+                {
+                    if let Some(r) = rec.as_object_mut() {
+                        r.remove("trajectory");
+                    }
+                }
+            })
+        ),
+        bug!(
+            "record/meta-ignored",
+            "record meta",
+            ["lmdb.record.meta-json", "collection.conformance.round-trip"],
+            "hands back an empty meta document for every record",
+            |v, _| records(v, |rec| {
+                rec["meta"] = Value::Object(Map::new());
+            })
+        ),
+        bug!(
+            "index/own-columns-dropped",
+            "own index columns",
+            [
+                "collection.index.as-written",
+                "collection.conformance.round-trip"
+            ],
+            "hands back no own index columns",
+            |v, _| {
+                let mut v = v.clone();
+                v["index"] = Value::Object(Map::new());
+                v
+            }
+        ),
+        bug!(
+            "index/binding-columns-returned",
+            "own index columns",
+            ["lmdb.index.own-columns-only"],
+            "hands back the binding's index columns as the collection's",
+            |v, _| {
+                let mut v = v.clone();
+                let n = v["records"].as_array().map_or(0, Vec::len);
+                if let Some(ix) = v.get_mut("index").and_then(Value::as_object_mut) {
+                    ix.insert(
+                        "n_frames".into(),
+                        serde_json::json!({"dtype": "u64", "shape": [n], "values": vec![0; n]}),
+                    );
+                }
+                v
+            }
+        ),
+        bug!(
+            "cell/undefined-stored-vectors",
+            "an undefined cell",
+            ["box.undefined-cell", "box.undefined-boundary-omitted"],
+            "hands back an undefined cell's stored vectors and boundary",
+            |v, s| frames(v, |r, k, f| {
+                let Some(Some(stored)) = s.cells.get(r).and_then(|c| c.get(k)) else {
+                    return;
+                };
+                if stored.get("cell_defined") != Some(&Value::Bool(false)) {
+                    return;
+                }
+                if let Some(b) = f.get_mut("box").and_then(Value::as_object_mut) {
+                    if let Some(vectors) = stored.get("vectors") {
+                        b.insert("vectors".into(), vectors.clone());
+                    }
+                    b.insert(
+                        "boundary".into(),
+                        stored
+                            .get("boundary")
+                            .cloned()
+                            .unwrap_or(serde_json::json!([true, true, true])),
+                    );
+                }
+            })
+        ),
+        bug!(
+            "step/time-dropped",
+            "step and time",
+            ["lmdb.frame.time"],
+            "hands back no times",
+            |v, _| frames(v, |_, _, f| {
+                f.remove("time");
+            })
+        ),
+        bug!(
+            "step/ordinal",
+            "step and time",
+            ["lmdb.frame.step"],
+            "hands back the ordinal as the step",
+            |v, _| frames(v, |_, k, f| {
+                f.insert("step".into(), Value::from(k));
+            })
+        ),
+        bug!(
+            "system/targets-dropped",
+            "system blocks",
+            ["mrf1.targets"],
+            "hands back a system block without its targets",
+            |v, _| system_blocks(v, |b| {
+                b.remove("targets");
+            })
+        ),
+        bug!(
+            "system/attributes-dropped",
+            "system blocks",
+            ["mrf1.attributes"],
+            "hands back a system block without its attributes",
+            |v, _| system_blocks(v, |b| {
+                b.remove("attributes");
+            })
+        ),
+        bug!(
+            "string/column-major",
+            "string columns",
+            ["mrf1.string-values"],
+            "reads a multi-dimensional string column's values column-major",
+            |v, _| columns(v, |c| {
+                if c.get("dtype") != Some(&Value::from("string")) {
+                    return;
+                }
+                let shape: Vec<usize> = c["shape"]
+                    .as_array()
+                    .map(|s| {
+                        s.iter()
+                            .filter_map(|d| d.as_u64().map(|d| d as usize))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let rows = shape.first().copied().unwrap_or(0);
+                let width: usize = shape.iter().skip(1).product();
+                let Some(values) = c.get("values").and_then(Value::as_array).cloned() else {
+                    return;
+                };
+                if values.len() == rows * width && width > 1 {
+                    c.insert(
+                        "values".into(),
+                        Value::Array(
+                            (0..rows * width)
+                                .map(|k| values[(k % rows) * width + k / rows].clone())
+                                .collect(),
+                        ),
+                    );
+                }
+            })
+        ),
+        bug!(
+            "cell/undefined-origin-zeroed",
+            "an undefined cell",
+            ["box.undefined-origin"],
+            "hands back an undefined cell's origin as zero",
+            |v, _| frames(v, |_, _, f| {
+                if let Some(b) = f.get_mut("box").and_then(Value::as_object_mut) {
+                    if b.get("cell_defined") == Some(&Value::Bool(false)) {
+                        b.insert("origin".into(), serde_json::json!([0.0, 0.0, 0.0]));
+                    }
+                }
+            })
+        ),
+        bug!(
+            "cell/boundary-default-false",
+            "cell defaults",
+            ["box.defaults"],
+            "reads a defined cell's omitted boundary as periodic on no axis",
+            |v, s| frames(v, |r, k, f| {
+                // The stored cell in effect at k: the last one stated at or before it.
+                let stated = s.cells.get(r).and_then(|c| {
+                    c[..=k.min(c.len().saturating_sub(1))]
+                        .iter()
+                        .rev()
+                        .flatten()
+                        .next()
+                });
+                let omits = stated.is_some_and(|c| {
+                    c.get("boundary").is_none()
+                        && c.get("cell_defined") != Some(&Value::Bool(false))
+                });
+                if let (true, Some(b)) = (omits, f.get_mut("box").and_then(Value::as_object_mut)) {
+                    b.insert("boundary".into(), serde_json::json!([false, false, false]));
+                }
+            })
+        ),
+        bug!(
+            "dtype/widened",
+            "column dtypes",
+            ["column.dtype.preserved"],
+            "hands back narrower integer columns as i64 / u64",
+            |v, _| columns(v, |c| {
+                let wide = match c.get("dtype").and_then(Value::as_str) {
+                    Some("i8" | "i16" | "i32") => "i64",
+                    Some("u8" | "u16" | "u32") => "u64",
+                    _ => return,
+                };
+                c.insert("dtype".into(), Value::from(wide));
+            })
+        ),
+        bug!(
+            "ff/not-read",
+            "the force field",
+            [
+                "collection.forcefield.round-trip",
+                "collection.conformance.forcefield"
+            ],
+            "hands back no force field",
+            |v, _| {
+                let mut v = v.clone();
+                if let Some(o) = v.as_object_mut() {
+                    o.remove("forcefield");
+                }
+                v
+            }
+        ),
+        bug!(
+            "records/reversed",
+            "record order",
+            ["collection.record.order"],
+            "hands back the records in reverse order",
+            |v, _| {
+                let mut v = v.clone();
+                if let Some(r) = v["records"].as_array_mut() {
+                    r.reverse();
+                }
+                v
+            }
+        ),
+        bug!(
+            "refuses/normalized-mask",
+            "validity masks",
+            ["column.validity.normalized"],
+            "refuses an all-true validity mask, or an empty one on zero rows",
+            Refuses(|img, _| shapes::normalized_mask(img))
+        ),
+        bug!(
+            "refuses/null-row-reference",
+            "row references",
+            ["column.validity.null-value"],
+            "range-checks the value under a null row reference",
+            Refuses(|img, _| shapes::null_reference_out_of_range(img))
+        ),
+        bug!(
+            "refuses/unlinked-type",
+            "the force field",
+            ["collection.forcefield.links"],
+            "refuses a record whose atoms or relation `type` names no force-field row",
+            Refuses(|img, _| shapes::unlinked_type(img))
+        ),
+        bug!(
+            "refuses/zero-frame-trajectory",
+            "zero-frame trajectories",
+            [
+                "collection.record.zero-frame",
+                "collection.conformance.subsets-zero-frames"
+            ],
+            "refuses a record whose trajectory has zero frames",
+            Refuses(|img, _| shapes::zero_frame_trajectory(img))
+        ),
+        bug!(
+            "refuses/missing-part",
+            "records without a part",
+            ["collection.conformance.missing-part"],
+            "refuses a record without a system or without a trajectory",
+            Refuses(|img, _| shapes::missing_part(img))
+        ),
+    ]
+}
+
+fn records(v: &Value, mut edit: impl FnMut(&mut Value)) -> Value {
+    let mut v = v.clone();
+    for rec in v["records"].as_array_mut().into_iter().flatten() {
+        edit(rec);
+    }
+    v
+}
+
+/// Each trajectory frame, with its record and ordinal in the record.
+fn frames(v: &Value, mut edit: impl FnMut(usize, usize, &mut Map<String, Value>)) -> Value {
+    let mut v = v.clone();
+    for (r, rec) in v["records"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let fs = rec
+            .pointer_mut("/trajectory/frames")
+            .and_then(Value::as_array_mut);
+        for (k, f) in fs.into_iter().flatten().enumerate() {
+            if let Some(f) = f.as_object_mut() {
+                edit(r, k, f);
+            }
+        }
+    }
+    v
+}
+
+/// Every column of every block (systems, updates, index, force field).
+fn columns(v: &Value, mut edit: impl FnMut(&mut Map<String, Value>)) -> Value {
+    fn walk(v: &mut Value, edit: &mut dyn FnMut(&mut Map<String, Value>)) {
+        match v {
+            Value::Object(m) => {
+                if m.contains_key("dtype") && m.contains_key("values") {
+                    edit(m);
+                    return;
+                }
+                m.values_mut().for_each(|x| walk(x, edit));
+            }
+            Value::Array(a) => a.iter_mut().for_each(|x| walk(x, edit)),
+            _ => {}
+        }
+    }
+    let mut v = v.clone();
+    walk(&mut v, &mut edit);
+    v
+}
+
+fn system_blocks(v: &Value, mut edit: impl FnMut(&mut Map<String, Value>)) -> Value {
+    records(v, |rec| {
+        let blocks = rec
+            .pointer_mut("/system/blocks")
+            .and_then(Value::as_object_mut);
+        for b in blocks.into_iter().flat_map(|b| b.values_mut()) {
+            if let Some(b) = b.as_object_mut() {
+                edit(b);
+            }
+        }
+    })
+}
+
+/// Every number and string leaf replaced where `map` says.
+fn map_numbers(v: &Value, map: &mut dyn FnMut(&Value) -> Option<Value>) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, x)| (k.clone(), map_numbers(x, map)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(|x| map_numbers(x, map)).collect()),
+        leaf => map(leaf).unwrap_or_else(|| leaf.clone()),
+    }
+}
+
+fn across_records(v: &Value, s: &Stored, cell: bool) -> Value {
+    let mut v = v.clone();
+    let mut carried: Map<String, Value> = Map::new();
+    let mut carried_cell: Option<Value> = None;
+    for (r, rec) in v["records"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let Some(fs) = rec
+            .pointer_mut("/trajectory/frames")
+            .and_then(Value::as_array_mut)
+        else {
+            continue;
+        };
+        if fs.is_empty() {
+            continue;
+        }
+        let held = s.blocks.get(r);
+        let mut seen: Vec<String> = Vec::new();
+        let mut cell_seen = false;
+        for (k, f) in fs.iter_mut().enumerate() {
+            let Some(f) = f.as_object_mut() else { continue };
+            if cell {
+                cell_seen |= s
+                    .cells
+                    .get(r)
+                    .and_then(|c| c.get(k))
+                    .is_some_and(Option::is_some);
+                if !cell_seen {
+                    if let Some(c) = &carried_cell {
+                        f.insert("box".into(), c.clone());
+                    }
+                }
+            } else {
+                for name in held
+                    .and_then(|u| u.get(k))
+                    .into_iter()
+                    .flat_map(|b| b.keys())
+                {
+                    seen.push(name.clone());
+                }
+                if let Some(b) = f.get_mut("blocks").and_then(Value::as_object_mut) {
+                    for (name, block) in &carried {
+                        if !seen.contains(name) {
+                            b.insert(name.clone(), block.clone());
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(last) = fs.last().and_then(Value::as_object) {
+            if let Some(b) = last.get("blocks").and_then(Value::as_object) {
+                carried = b.clone();
+            }
+            carried_cell = last.get("box").cloned().or(carried_cell);
+        }
+    }
+    v
+}
+
+fn zero_rows(v: &Value, s: &Stored, absent: bool) -> Value {
+    let mut v = v.clone();
+    for (r, rec) in v["records"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let Some(fs) = rec
+            .pointer_mut("/trajectory/frames")
+            .and_then(Value::as_array_mut)
+        else {
+            continue;
+        };
+        // The buggy reader's idea of each block.
+        let mut state: Map<String, Value> = Map::new();
+        for (k, f) in fs.iter_mut().enumerate() {
+            let held = s
+                .blocks
+                .get(r)
+                .and_then(|u| u.get(k))
+                .cloned()
+                .unwrap_or_default();
+            let Some(b) = f.get_mut("blocks").and_then(Value::as_object_mut) else {
+                continue;
+            };
+            for (name, count) in &held {
+                if *count == 0 {
+                    if absent {
+                        state.remove(name);
+                    }
+                } else if let Some(block) = b.get(name) {
+                    state.insert(name.clone(), block.clone());
+                }
+            }
+            let names: Vec<String> = b.keys().cloned().collect();
+            for name in names {
+                match state.get(&name) {
+                    Some(block) => {
+                        b.insert(name.clone(), block.clone());
+                    }
+                    None => {
+                        b.remove(&name);
+                    }
+                }
+            }
+        }
+    }
+    v
+}
+
+/// f64 values of columns with a declared precision (the schema's, or a
+/// column's own) rounded again to the precision's quantum.
+fn reround(v: &Value, _: &Stored) -> Value {
+    let quantum = |p: f64| {
+        let mut q = 2f64.powi(p.log2().floor() as i32);
+        while q > p {
+            q /= 2.0;
+        }
+        q
+    };
+    let schema = v
+        .pointer("/sequence_schema/blocks")
+        .cloned()
+        .unwrap_or_default();
+    let round = |c: &mut Map<String, Value>, p: f64| {
+        let q = quantum(p);
+        if let Some(values) = c.get_mut("values").and_then(Value::as_array_mut) {
+            for x in values.iter_mut() {
+                if let Some(f) = x.as_f64().filter(|f| f.is_finite() && x.is_f64()) {
+                    let r = (f / q).round_ties_even() * q;
+                    *x = Value::from(r);
+                }
+            }
+        }
+    };
+    let mut v = columns(v, |c| {
+        if let Some(p) = c.get("precision").and_then(Value::as_f64) {
+            round(c, p);
+        }
+    });
+    for rec in v["records"].as_array_mut().into_iter().flatten() {
+        for f in rec
+            .pointer_mut("/trajectory/frames")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            for (name, b) in f
+                .get_mut("blocks")
+                .and_then(Value::as_object_mut)
+                .into_iter()
+                .flatten()
+            {
+                for (col, c) in b
+                    .get_mut("columns")
+                    .and_then(Value::as_object_mut)
+                    .into_iter()
+                    .flatten()
+                {
+                    let p = schema
+                        .get(name)
+                        .and_then(|s| s.pointer(&format!("/columns/{col}/precision")))
+                        .and_then(Value::as_f64);
+                    if let (Some(p), Some(c)) = (p, c.as_object_mut()) {
+                        round(c, p);
+                    }
+                }
+            }
+        }
+    }
+    v
+}
