@@ -21,11 +21,12 @@
 //! (the trial's detail) changed is listed with both messages, so a reworded
 //! refusal is reviewed like a snapshot.
 
-use super::run::RunReport;
-use super::{Outcome, Report, ResultEntry, SuiteInfo, Summary};
+use super::markdown::{code, fence_for, literal};
+use super::run::{suites_text, RunReport};
+use super::{shown_detail, visible, Outcome, Report, ResultEntry, SuiteInfo, Summary};
 use crate::adapter::{Capabilities, Description};
-use crate::runner::{TrialResult, Verdict};
-use crate::suite::{Basis, Kind};
+use crate::runner::Verdict;
+use crate::suite::Basis;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -313,24 +314,30 @@ impl ReportDiff {
     /// better and other changes, trials added and removed, clauses and
     /// refusal messages (as a `diff` block). Deterministic.
     pub fn to_markdown(&self) -> String {
+        visible(self.markdown())
+    }
+
+    fn markdown(&self) -> String {
         let mut md = String::new();
         let (o, n) = (&self.old, &self.new);
         let _ = writeln!(
             md,
             "## Conformance diff: {} → {}\n",
-            o.implementation, n.implementation
+            literal(&o.implementation),
+            literal(&n.implementation)
         );
-        if o.conformance == n.conformance {
-            let _ = writeln!(md, "Old and new: {}\n", n.conformance);
+        let (old, new) = (literal(&o.conformance), literal(&n.conformance));
+        if old == new {
+            let _ = writeln!(md, "Old and new: {new}\n");
         } else {
-            let _ = writeln!(md, "- old: {}\n- new: {}\n", o.conformance, n.conformance);
+            let _ = writeln!(md, "- old: {old}\n- new: {new}\n");
         }
         if self.suites_differ {
             let _ = writeln!(
                 md,
                 "The runs used different suite versions ({} → {}): some trials may differ in meaning, not only in result.\n",
-                suites_text(&o.suites),
-                suites_text(&n.suites)
+                literal(&suites_text(&o.suites)),
+                literal(&suites_text(&n.suites))
             );
         }
         let _ = writeln!(md, "| | old | new |\n|---|---|---|");
@@ -380,11 +387,11 @@ impl ReportDiff {
             for c in rows {
                 let _ = writeln!(
                     md,
-                    "| `{}` | {} | {} | {} |",
-                    c.trial,
+                    "| {} | {} | {} | {} |",
+                    code(&c.trial),
                     state_text(&c.old),
                     state_text(&c.new),
-                    cell(&c.new.detail)
+                    literal(&c.new.detail)
                 );
             }
             md.push('\n');
@@ -401,10 +408,10 @@ impl ReportDiff {
             for t in rows {
                 let _ = writeln!(
                     md,
-                    "| `{}` | {} | {} |",
-                    t.trial,
+                    "| {} | {} | {} |",
+                    code(&t.trial),
                     state_text(&t.state),
-                    cell(&t.state.detail)
+                    literal(&t.state.detail)
                 );
             }
             md.push('\n');
@@ -419,8 +426,8 @@ impl ReportDiff {
             for c in &self.clauses {
                 let _ = writeln!(
                     md,
-                    "| `{}` | {} | {} | {} |",
-                    c.clause,
+                    "| {} | {} | {} | {} |",
+                    code(&c.clause),
                     direction_name(c.direction),
                     c.old.text(),
                     c.new.text()
@@ -437,14 +444,14 @@ impl ReportDiff {
             let mut body = String::new();
             for m in &self.messages {
                 let _ = writeln!(body, " {}", m.trial);
-                for line in m.old.lines() {
+                for line in shown_detail(&m.old).lines() {
                     let _ = writeln!(body, "-    {line}");
                 }
-                for line in m.new.lines() {
+                for line in shown_detail(&m.new).lines() {
                     let _ = writeln!(body, "+    {line}");
                 }
             }
-            let fence = super::markdown::fence_for(&body);
+            let fence = fence_for(&body);
             let _ = write!(md, "{fence}diff\n{body}{fence}\n");
         }
         md
@@ -526,21 +533,13 @@ fn side(report: &Report) -> Side {
     }
 }
 
-fn suites_text(suites: &[SuiteInfo]) -> String {
-    suites
-        .iter()
-        .map(|s| format!("{} v{}", s.module, s.version))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 fn state_text(s: &TrialState) -> String {
     let mut text = match (s.outcome, s.verdict) {
         (Outcome::Pass, Verdict::PassUnnamed) => "pass (no clause named)".to_owned(),
         (outcome, _) => outcome.name().to_owned(),
     };
     if let Some(clause) = &s.named_clause {
-        let _ = write!(text, " `{clause}`");
+        let _ = write!(text, " {}", code(clause));
     }
     if s.tier == Basis::Decision {
         text.push_str(" · decision");
@@ -554,11 +553,6 @@ fn direction_name(d: Direction) -> &'static str {
         Direction::Better => "better",
         Direction::Other => "changed",
     }
-}
-
-/// Text for a Markdown table cell: no pipes or line breaks.
-fn cell(text: &str) -> String {
-    text.replace('|', "\\|").replace(['\n', '\r'], " ")
 }
 
 /// What changed between two runs of one or several implementations: a
@@ -660,43 +654,24 @@ impl RunDiff {
             ("only in the old run", &self.implementations_removed),
         ] {
             if !names.is_empty() {
-                let _ = writeln!(md, "Implementations {what}: {}.\n", names.join(", "));
+                let _ = writeln!(
+                    md,
+                    "Implementations {what}: {}.\n",
+                    literal(&names.join(", "))
+                );
             }
         }
         while md.ends_with("\n\n") {
             md.pop();
         }
-        md
+        visible(md)
     }
 }
 
 /// The interop trials of a run as one report of an implementation called
 /// `interop`, so that [`ReportDiff`] compares them as it compares trials.
 fn interop_report(run: &RunReport) -> Report {
-    let results: Vec<ResultEntry> = run
-        .interop
-        .iter()
-        .map(|e| ResultEntry {
-            result: TrialResult {
-                trial: e.result.trial.clone(),
-                module: e.result.module.clone(),
-                case: e.result.case.clone(),
-                title: e.result.title.clone(),
-                direction: crate::suite::Direction::Read,
-                kind: Kind::RoundTrip,
-                clauses: e.result.clauses.clone(),
-                expected_clause: None,
-                also_accepted: Vec::new(),
-                named_clause: None,
-                verdict: e.result.verdict,
-                detail: e.result.detail.clone(),
-            },
-            expected_failure: e.expected_failure.clone(),
-            outcome: e.outcome,
-            decisions: Vec::new(),
-            tier: e.tier,
-        })
-        .collect();
+    let results: Vec<ResultEntry> = run.interop.iter().map(|e| e.as_entry()).collect();
     let mut report = Report {
         harness_version: run.harness_version.clone(),
         suites: run.suites.clone(),

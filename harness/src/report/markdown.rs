@@ -3,8 +3,8 @@
 use super::groups::{failure_groups, FailureGroup};
 use super::run::{suites_text, RunReport};
 use super::{
-    first_line, level_name, unmapped_clauses, Coverage, Outcome, Report, ResultEntry, Status,
-    Summary,
+    does, first_line, level_name, shown_detail, unmapped_clauses, visible, Coverage, Outcome,
+    Report, ResultEntry, Status, Summary,
 };
 use crate::runner::Verdict;
 use crate::suite::{Basis, Clause, Level, SpecMap};
@@ -16,7 +16,7 @@ impl Report {
     /// with their details (fenced), the expected failures, and a coverage
     /// table with every clause of `spec`. Sorted, no timestamps.
     pub fn to_markdown(&self, spec: &SpecMap) -> String {
-        render(self, spec)
+        visible(render(self, spec))
     }
 }
 
@@ -25,10 +25,10 @@ impl RunReport {
     /// otherwise the failure groups first, then each implementation's
     /// summary, the interop matrix and the clause × implementation table.
     pub fn to_markdown(&self, spec: &SpecMap) -> String {
-        match self.implementations.as_slice() {
+        visible(match self.implementations.as_slice() {
             [only] if self.interop.is_empty() => render(only, spec),
             _ => render_run(self, spec),
-        }
+        })
     }
 }
 
@@ -50,10 +50,10 @@ fn header(out: &mut String, report: &Report) {
     let _ = writeln!(
         out,
         "# Conformance report: {} {}\n",
-        text(&imp.name),
-        text(&imp.version)
+        literal(&imp.name),
+        literal(&imp.version)
     );
-    let _ = writeln!(out, "**{}**\n", text(&report.conformance_line()));
+    let _ = writeln!(out, "**{}**\n", literal(&report.conformance_line()));
     let suites: Vec<String> = report
         .suites
         .iter()
@@ -62,18 +62,13 @@ fn header(out: &mut String, report: &Report) {
     let _ = writeln!(
         out,
         "Harness {} · suites: {} · the implementation {}\n",
-        text(&report.harness_version),
+        literal(&report.harness_version),
         if suites.is_empty() {
             "none".to_owned()
         } else {
             suites.join(", ")
         },
-        match (imp.capabilities.write, imp.capabilities.read) {
-            (true, true) => "writes and reads",
-            (true, false) => "writes only",
-            (false, true) => "reads only",
-            (false, false) => "neither writes nor reads",
-        },
+        does(imp),
     );
     let s = &report.tiers.spec;
     if s.unexpected() > 0 {
@@ -120,7 +115,7 @@ These trials rest on this project's reading where the spec's text is silent or a
         }
         let ids: Vec<String> = e.decisions.iter().map(|d| code(d)).collect();
         if several {
-            let _ = write!(out, "| {} ", text(&r.implementation.name));
+            let _ = write!(out, "| {} ", literal(&r.implementation.name));
         }
         let _ = writeln!(
             out,
@@ -128,7 +123,7 @@ These trials rest on this project's reading where the spec's text is silent or a
             code(&e.result.trial),
             ids.join(", "),
             e.outcome.name(),
-            cell(&first_line(&e.result.detail, 120))
+            literal(&first_line(&e.result.detail, 120))
         );
     }
     out.push_str("\nThe decisions:\n\n");
@@ -203,37 +198,15 @@ fn unexpected(out: &mut String, report: &Report) {
 /// A group of trials with one cause: its headline, its trials, the first
 /// trial's detail once.
 fn group(out: &mut String, g: &FailureGroup<'_>) {
-    let _ = writeln!(out, "### {} — {}\n", text(&g.headline()), g.outcome.name());
-    const LISTED: usize = 12;
-    let names: Vec<String> = g
-        .entries
-        .iter()
-        .take(LISTED)
-        .map(|e| code(&e.result.trial))
-        .collect();
-    let more = g.entries.len().saturating_sub(LISTED);
     let _ = writeln!(
         out,
-        "- trials: {}{}",
-        names.join(", "),
-        if more > 0 {
-            format!(" and {more} more")
-        } else {
-            String::new()
-        }
+        "### {} — {}\n",
+        literal(&g.headline()),
+        g.outcome.name()
     );
-    let clauses: Vec<String> = g.clauses().into_iter().take(LISTED).map(code).collect();
-    let more = g.clauses().len().saturating_sub(LISTED);
-    let _ = writeln!(
-        out,
-        "- clauses: {}{}\n",
-        clauses.join(", "),
-        if more > 0 {
-            format!(" and {more} more")
-        } else {
-            String::new()
-        }
-    );
+    let trials = g.entries.iter().map(|e| e.result.trial.as_str());
+    let _ = writeln!(out, "- trials: {}", codes(trials, 12));
+    let _ = writeln!(out, "- clauses: {}\n", codes(g.clauses().into_iter(), 12));
     if let Some(first) = g.entries.first() {
         let _ = writeln!(out, "The first, {}:\n", code(&first.result.trial));
     }
@@ -261,7 +234,7 @@ fn single(out: &mut String, e: &ResultEntry) {
         let _ = writeln!(out, "- a refusal must name {}; named: {named}", code(c));
     }
     if let Some(reason) = &e.expected_failure {
-        let _ = writeln!(out, "- expected to fail: {}", text(reason));
+        let _ = writeln!(out, "- expected to fail: {}", literal(reason));
     }
     out.push('\n');
     if !r.detail.is_empty() {
@@ -287,8 +260,8 @@ fn expected(out: &mut String, report: &Report) {
             "| {} | {} | {} | {} |",
             code(&e.result.trial),
             verdict_label(e),
-            cell(e.expected_failure.as_deref().unwrap_or("")),
-            cell(&first_line(&e.result.detail, 120)),
+            literal(e.expected_failure.as_deref().unwrap_or("")),
+            literal(&first_line(&e.result.detail, 120)),
         );
     }
     out.push('\n');
@@ -315,7 +288,7 @@ fn unnamed(out: &mut String, report: &Report) {
                 .as_deref()
                 .map(code)
                 .unwrap_or_default(),
-            cell(&first_line(&e.result.detail, 120)),
+            literal(&first_line(&e.result.detail, 120)),
         );
     }
     out.push('\n');
@@ -340,7 +313,7 @@ fn unsupported(out: &mut String, report: &Report) {
         let _ = writeln!(
             out,
             "| {direction} | {} | {n} |",
-            cell(&first_line(detail, 120))
+            literal(&first_line(detail, 120))
         );
     }
     out.push('\n');
@@ -432,17 +405,21 @@ fn coverage(out: &mut String, report: &Report, spec: &SpecMap) {
 fn render_run(run: &RunReport, spec: &SpecMap) -> String {
     let mut out = String::new();
     let names = run.names();
-    let _ = writeln!(out, "# Conformance report: {}\n", text(&names.join(", ")));
+    let _ = writeln!(
+        out,
+        "# Conformance report: {}\n",
+        literal(&names.join(", "))
+    );
     let _ = writeln!(
         out,
         "Harness {} · suites: {} · {} implementations, {} interop trials\n",
-        text(&run.harness_version),
+        literal(&run.harness_version),
         suites_text(&run.suites),
         names.len(),
         run.interop.len()
     );
     for line in run.conformance_lines() {
-        let _ = writeln!(out, "- **{}**", text(&line));
+        let _ = writeln!(out, "- **{}**", literal(&line));
     }
     out.push('\n');
     let mut total = Summary::default();
@@ -475,27 +452,12 @@ fn render_run(run: &RunReport, spec: &SpecMap) -> String {
             let _ = writeln!(
                 out,
                 "### {}: {} — {}\n",
-                text(g.implementation),
-                text(&g.headline()),
+                literal(g.implementation),
+                literal(&g.headline()),
                 g.outcome.name()
             );
-            let listed: Vec<String> = g
-                .entries
-                .iter()
-                .take(8)
-                .map(|e| code(&e.result.trial))
-                .collect();
-            let more = g.entries.len().saturating_sub(8);
-            let _ = writeln!(
-                out,
-                "- trials: {}{}\n",
-                listed.join(", "),
-                if more > 0 {
-                    format!(" and {more} more")
-                } else {
-                    String::new()
-                }
-            );
+            let trials = g.entries.iter().map(|e| e.result.trial.as_str());
+            let _ = writeln!(out, "- trials: {}\n", codes(trials, 8));
             fenced(&mut out, g.example());
         }
     }
@@ -513,8 +475,8 @@ fn render_run(run: &RunReport, spec: &SpecMap) -> String {
         let _ = writeln!(
             out,
             "| {} | {} | {does} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            text(&imp.name),
-            cell(&imp.version),
+            literal(&imp.name),
+            literal(&imp.version),
             if r.conforming { "yes" } else { "**no**" },
             s.pass,
             s.expected_failure,
@@ -530,7 +492,7 @@ fn render_run(run: &RunReport, spec: &SpecMap) -> String {
     out.push_str("## Clauses × implementations\n\n");
     let _ = write!(out, "| clause | level |");
     for n in &names {
-        let _ = write!(out, " {} |", text(n));
+        let _ = write!(out, " {} |", literal(n));
     }
     out.push_str("\n|:--|:--|");
     for _ in &names {
@@ -567,7 +529,7 @@ fn interop(out: &mut String, run: &RunReport) {
     let (writers, readers, counts) = run.interop_matrix();
     out.push_str("## Interop: writer × reader\n\nEach cell: the positive cases that the row's implementation wrote, the harness's inspection accepted, and the column's implementation read back as the fixture (passed / judged). Trials: `module::case::interop::writer->reader`.\n\n| writer \\ reader |");
     for r in &readers {
-        let _ = write!(out, " {} |", text(r));
+        let _ = write!(out, " {} |", literal(r));
     }
     out.push_str("\n|:--|");
     for _ in &readers {
@@ -575,7 +537,7 @@ fn interop(out: &mut String, run: &RunReport) {
     }
     out.push('\n');
     for w in &writers {
-        let _ = write!(out, "| **{}** |", text(w));
+        let _ = write!(out, "| **{}** |", literal(w));
         for r in &readers {
             let shown = match counts.get(&(*w, *r)) {
                 None => "not run".to_owned(),
@@ -610,24 +572,27 @@ fn interop(out: &mut String, run: &RunReport) {
     }
     out.push_str("### Interop failures\n\n| writer → reader | cause | trials |\n|:--|:--|:--|\n");
     for ((cause, w, r), trials) in by_cause {
-        let listed: Vec<String> = trials.iter().take(4).map(|t| code(t)).collect();
-        let more = trials.len().saturating_sub(4);
         let _ = writeln!(
             out,
-            "| {} → {} | {} | {} ({}{}) |",
-            text(w),
-            text(r),
-            cell(&cause),
+            "| {} → {} | {} | {} ({}) |",
+            literal(w),
+            literal(r),
+            literal(&cause),
             trials.len(),
-            listed.join(", "),
-            if more > 0 {
-                format!(" and {more} more")
-            } else {
-                String::new()
-            }
+            codes(trials.iter().copied(), 4)
         );
     }
     out.push('\n');
+}
+
+/// The first `limit` of `names` as code, `, `-separated, then how many more.
+fn codes<'a>(names: impl ExactSizeIterator<Item = &'a str>, limit: usize) -> String {
+    let more = names.len().saturating_sub(limit);
+    let listed: Vec<String> = names.take(limit).map(code).collect();
+    match more {
+        0 => listed.join(", "),
+        more => format!("{} and {more} more", listed.join(", ")),
+    }
 }
 
 /// `` `collection::x` (write: pass, read: fail); `collection::y` (write: pass) ``, or `—`.
@@ -664,9 +629,11 @@ fn verdict_label(e: &ResultEntry) -> String {
         .unwrap_or_default()
 }
 
-/// A fenced block longer than any run of backticks inside.
+/// A fenced block longer than any run of backticks inside, of a trial's
+/// detail as the rendered reports show it (cut past a bound).
 fn fenced(out: &mut String, body: &str) {
-    let fence = fence_for(body);
+    let body = shown_detail(body);
+    let fence = fence_for(&body);
     let _ = writeln!(
         out,
         "{fence}text\n{}\n{fence}\n",
@@ -677,20 +644,26 @@ fn fenced(out: &mut String, body: &str) {
 /// A code fence longer than any run of backticks in `body` (at least three),
 /// so nothing inside can end it.
 pub(super) fn fence_for(body: &str) -> String {
+    "`".repeat((longest_backtick_run(body) + 1).max(3))
+}
+
+fn longest_backtick_run(text: &str) -> usize {
     let mut longest = 0;
     let mut run = 0;
-    for c in body.chars() {
+    for c in text.chars() {
         run = if c == '`' { run + 1 } else { 0 };
         longest = longest.max(run);
     }
-    "`".repeat((longest + 1).max(3))
+    longest
 }
 
-/// Inline code that survives a table cell.
-fn code(s: &str) -> String {
-    let s = s.replace('|', "\\|").replace('\n', " ");
+/// Inline code of any text, on one line and safe in a table cell: its
+/// delimiters are longer than any run of backticks inside.
+pub(super) fn code(s: &str) -> String {
+    let s = s.replace('|', "\\|").replace(['\n', '\r'], " ");
     if s.contains('`') {
-        format!("`` {s} ``")
+        let fence = "`".repeat(longest_backtick_run(&s) + 1);
+        format!("{fence} {s} {fence}")
     } else {
         format!("`{s}`")
     }
@@ -701,9 +674,31 @@ fn cell(s: &str) -> String {
     text(s).replace('|', "\\|").replace(['\n', '\r'], " ")
 }
 
-/// Free text outside code: no raw HTML.
+/// Free text of this harness (titles, the spec map's reasons and quotes,
+/// which may use Markdown's code spans): no raw HTML.
 fn text(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+}
+
+/// Text an adapter or a user chose (a name, a version, a message, a
+/// reason), shown as it is: on one line, HTML's and Markdown's special
+/// characters escaped, so it neither makes markup nor breaks a table.
+pub(super) fn literal(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '\n' | '\r' => out.push(' '),
+            '\\' | '`' | '*' | '_' | '[' | ']' | '~' | '|' | '#' | '!' | '$' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }

@@ -758,6 +758,19 @@ pub(crate) fn read_otherwise(reports: &[Report]) -> Vec<(&Report, &ResultEntry)>
         .collect()
 }
 
+/// What an implementation does, in words (`writes and reads`).
+pub(crate) fn does(implementation: &Description) -> &'static str {
+    match (
+        implementation.capabilities.write,
+        implementation.capabilities.read,
+    ) {
+        (true, true) => "writes and reads",
+        (true, false) => "writes only",
+        (false, true) => "reads only",
+        (false, false) => "neither writes nor reads",
+    }
+}
+
 /// Pretty JSON with a final newline, of plain data (which always serializes).
 pub(crate) fn pretty_json(value: &impl Serialize) -> String {
     let mut text = serde_json::to_string_pretty(value).expect("plain data always serializes");
@@ -765,27 +778,55 @@ pub(crate) fn pretty_json(value: &impl Serialize) -> String {
     text
 }
 
-/// Escapes text for XML and HTML content and attribute values. Characters
-/// XML 1.0 does not allow (most C0 controls) become U+FFFD; in attributes,
-/// line breaks and tabs become character references so they survive.
-fn escape_xml(text: &str, attribute: bool) -> String {
-    let mut out = String::with_capacity(text.len());
+/// A rendered report (JUnit, Markdown, HTML) with every character XML 1.0
+/// cannot carry, or that HTML reads as a control, spelled out as Rust
+/// writes it (`\u{1b}`): the C0 controls but tab, line feed and carriage
+/// return, DEL and the C1 controls, and the noncharacters (U+FFFE, U+FFFF,
+/// U+FDD0 to U+FDEF, and the last two of each plane). So an adapter's
+/// NUL or ANSI colour code is seen where it was, and the file stays well
+/// formed; `report.json` keeps the text exact.
+pub(crate) fn visible(text: String) -> String {
+    let hidden = |c: char| {
+        (c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
+            || ('\u{FDD0}'..='\u{FDEF}').contains(&c)
+            || (c as u32) & 0xFFFE == 0xFFFE
+    };
+    if !text.contains(hidden) {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len() + 16);
     for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            '\n' if attribute => out.push_str("&#10;"),
-            '\r' if attribute => out.push_str("&#13;"),
-            '\t' if attribute => out.push_str("&#9;"),
-            '\n' | '\r' | '\t' => out.push(c),
-            c if (c as u32) < 0x20 || c == '\u{FFFE}' || c == '\u{FFFF}' => out.push('\u{FFFD}'),
-            c => out.push(c),
+        if hidden(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
         }
     }
     out
+}
+
+/// The most of a trial's detail a rendered report shows, in bytes: an
+/// adapter may answer with a message of up to `--max-answer-mib`, which
+/// every form would repeat wherever the trial appears.
+const SHOWN_DETAIL_BYTES: usize = 16 * 1024;
+
+/// A trial's detail as a rendered report shows it: whole up to
+/// [`SHOWN_DETAIL_BYTES`], else cut there (on a character boundary) with
+/// a line that says how much is left out and where it is whole.
+pub(crate) fn shown_detail(detail: &str) -> std::borrow::Cow<'_, str> {
+    if detail.len() <= SHOWN_DETAIL_BYTES {
+        return detail.into();
+    }
+    let mut end = SHOWN_DETAIL_BYTES;
+    while !detail.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}\n[… {} more bytes cut; report.json has the whole detail]",
+        &detail[..end],
+        detail.len() - end
+    )
+    .into()
 }
 
 /// The first line of a detail, shortened to `max` characters.

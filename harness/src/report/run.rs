@@ -4,10 +4,10 @@
 //! `docs/schemas/report.schema.json`); a single-implementation report of
 //! format 1 (a [`Report`] alone) is read as a run of one.
 
-use super::{groups, Expectations, Outcome, Report, SuiteInfo};
+use super::{groups, Expectations, Outcome, Report, ResultEntry, SuiteInfo};
 use crate::interop::InteropResult;
-use crate::runner::Verdict;
-use crate::suite::{Basis, SpecMap};
+use crate::runner::{TrialResult, Verdict};
+use crate::suite::{Basis, Direction, Kind, SpecMap};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -32,6 +32,34 @@ pub struct InteropEntry {
     /// The trial's tier: its case rests on the text or on a decision.
     #[serde(default)]
     pub tier: Basis,
+}
+
+impl InteropEntry {
+    /// The trial as an implementation's trial of a round-trip case read
+    /// back, so that what lists trials (JUnit, `report diff`) lists it too.
+    pub fn as_entry(&self) -> ResultEntry {
+        let r = &self.result;
+        ResultEntry {
+            result: TrialResult {
+                trial: r.trial.clone(),
+                module: r.module.clone(),
+                case: r.case.clone(),
+                title: r.title.clone(),
+                direction: Direction::Read,
+                kind: Kind::RoundTrip,
+                clauses: r.clauses.clone(),
+                expected_clause: None,
+                also_accepted: Vec::new(),
+                named_clause: None,
+                verdict: r.verdict,
+                detail: r.detail.clone(),
+            },
+            expected_failure: self.expected_failure.clone(),
+            outcome: self.outcome,
+            decisions: Vec::new(),
+            tier: self.tier,
+        }
+    }
 }
 
 /// Every implementation's report of one run (or of several runs, merged),

@@ -1,7 +1,9 @@
 //! `harness run` against hostile adapters: one that hangs on every request
 //! is given up after three timeouts and the run ends with one group of
 //! errors; SIGINT, SIGTERM and SIGHUP to the harness leave no process of
-//! the adapter's group behind; a line past the answer cap is an error.
+//! the adapter's group behind; a line past the answer cap is an error; one
+//! whose every word is markup, control characters and broken escapes, with
+//! answers of 1 MiB, leaves every report parseable and its text inert.
 
 use serde_json::Value;
 use std::os::unix::process::ExitStatusExt;
@@ -204,6 +206,219 @@ fn an_answer_past_the_cap_is_an_error_naming_it() {
         md.contains("an answer line is longer than the cap of 268435456 bytes"),
         "{md}"
     );
+}
+
+/// What the hostile adapter puts in its name, version, messages, clause
+/// names and stderr: HTML and Markdown markup, the ends of a CDATA section
+/// and of an XML comment, NUL, an ANSI colour code, a line break,
+/// noncharacters.
+const HOSTILE: &str = "<script>alert(\"x&y\")</script><img src=x onerror=alert(1)> ]]> -- ---> \u{0} \u{1b}[31mred\u{1b}[0m | `a``b` *em* [l](javascript:x) $x$ \r\nline2 \u{fffe}\u{ffff}";
+
+/// An adapter that refuses every request with hostile text: the 2nd and
+/// 6th answers carry 1 MiB messages, every 4th an escaped lone surrogate
+/// (not JSON serde_json accepts: an error, quoted with the stderr, which
+/// holds the hostile text and bytes that are not UTF-8). Returns the
+/// command that runs it.
+fn hostile_adapter(dir: &Scratch) -> String {
+    let words = dir.path("hostile.json");
+    std::fs::write(&words, serde_json::to_string(HOSTILE).expect("json")).expect("words");
+    let script = format!(
+        r#"import json, os, sys
+H = json.load(open({words:?}))
+COUNT = {count:?}
+print(json.dumps({{"type": "hello", "protocol": 1, "name": "hostile " + H, "version": "1 " + H,
+                  "capabilities": {{"write": True, "read": True}}}}), flush=True)
+for line in sys.stdin:
+    req = json.loads(line)
+    if req.get("op") == "bye":
+        break
+    n = int(open(COUNT).read()) + 1 if os.path.exists(COUNT) else 1
+    open(COUNT, "w").write(str(n))
+    sys.stderr.write("stderr " + H + "\n")
+    sys.stderr.flush()
+    sys.stderr.buffer.write(b"not UTF-8: \xed\xa0\x80 \xff\n")
+    sys.stderr.flush()
+    answer = {{"id": req["id"], "status": "refused", "message": "refused " + H, "clause": "clause " + H}}
+    if n % 4 == 3:
+        answer["message"] = "lone \ud800 surrogate " + H
+    elif n in (2, 6):
+        answer["message"] = "big " + H + "x" * (1 << 20)
+    sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.flush()
+"#,
+        words = words.display().to_string(),
+        count = dir.path("count").display().to_string(),
+    );
+    let path = dir.path("hostile.py");
+    std::fs::write(&path, script).expect("adapter");
+    format!("python3 '{}'", path.display())
+}
+
+/// The hostile adapter beside the reference, through `harness run` on the
+/// cases of the box (refusals of both kinds, round trips, interop):
+/// report.json keeps every text exact; junit.xml is XML a strict parser
+/// accepts; report.html parses without an error into a page with the
+/// page's one script, no handler attribute and no element the adapter
+/// wrote; report.md has no raw HTML and no link, and every table row has
+/// its table's columns. In every form but JSON a NUL or ESC is spelled
+/// out, and a 1 MiB message is cut, saying so.
+#[test]
+fn hostile_text_from_an_adapter_leaves_every_report_well_formed_and_inert() {
+    let dir = Scratch::new("text");
+    let command = hostile_adapter(&dir);
+    let reports = dir.path("reports");
+    let out = harness(&["run", "--adapter", &command, "--filter", "box-", "--report"])
+        .arg(&reports)
+        .output()
+        .expect("harness runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let read = |name: &str| std::fs::read_to_string(reports.join(name)).expect(name);
+    let name = format!("hostile {HOSTILE}");
+
+    // report.json: exact.
+    let json: Value = serde_json::from_str(&read("report.json")).expect("report.json");
+    let hostile = &json["implementations"][1];
+    assert_eq!(hostile["implementation"]["name"], name.as_str());
+    let details: Vec<&str> = hostile["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .filter_map(|r| r["detail"].as_str())
+        .collect();
+    assert!(details.iter().any(|d| d.contains(HOSTILE)), "{details:?}");
+    assert!(
+        details.iter().any(|d| d.len() > 1 << 20),
+        "a 1 MiB message, whole"
+    );
+    assert!(
+        details.iter().any(|d| d.contains("\\ud800")),
+        "the lone surrogate, quoted"
+    );
+
+    // Every other form: nothing XML cannot carry, the controls spelled out.
+    let xml = read("junit.xml");
+    let html = read("report.html");
+    let md = read("report.md");
+    let spelled = "\\u{0} \\u{1b}[31mred\\u{1b}[0m";
+    for (form, text) in [
+        ("junit.xml", &xml),
+        ("report.html", &html),
+        ("report.md", &md),
+    ] {
+        let hidden = text.chars().find(|c| {
+            c.is_control() && !matches!(c, '\t' | '\n' | '\r')
+                || matches!(c, '\u{fffe}' | '\u{ffff}')
+        });
+        assert_eq!(hidden, None, "{form}");
+        assert!(text.contains(spelled), "{form} spells NUL and ESC out");
+        assert!(
+            text.contains("more bytes cut; report.json has the whole detail"),
+            "{form}"
+        );
+        assert!(text.len() < 1 << 20, "{form}: {} bytes", text.len());
+    }
+
+    // junit.xml: a strict XML parser reads it; the name is text.
+    let doc = roxmltree::Document::parse(&xml).expect("junit.xml is well-formed XML");
+    let suites = doc.root_element();
+    assert_eq!(suites.tag_name().name(), "testsuites");
+    assert!(suites
+        .attribute("name")
+        .is_some_and(|n| n.contains("<script>alert(")));
+    assert!(doc.descendants().filter(|n| n.is_comment()).count() >= 2);
+    let failures = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("failure"))
+        .count();
+    assert!(failures >= 5, "{failures} failures");
+
+    // report.html: parsed as a browser does, without an error.
+    let page = scraper::Html::parse_document(&html);
+    assert_eq!(page.errors, Vec::<std::borrow::Cow<str>>::new());
+    let select = |css: &str| scraper::Selector::parse(css).expect("selector");
+    assert_eq!(
+        page.select(&select("script")).count(),
+        1,
+        "the page's own script"
+    );
+    assert_eq!(page.select(&select("img")).count(), 0);
+    for element in page.select(&select("*")) {
+        let handler = element.value().attrs().find(|(a, _)| a.starts_with("on"));
+        assert_eq!(handler, None, "{}", element.value().name());
+    }
+    let title: String = page
+        .select(&select("title"))
+        .flat_map(|t| t.text())
+        .collect();
+    assert!(title.contains("<script>alert(\"x&y\")</script>"), "{title}");
+
+    // report.md: no raw HTML, no link; every table row has its table's columns.
+    use pulldown_cmark::{Event, Options, Parser, Tag};
+    for event in Parser::new_ext(&md, Options::ENABLE_TABLES) {
+        match event {
+            Event::Html(h) | Event::InlineHtml(h) => panic!("raw HTML in report.md: {h}"),
+            Event::Start(Tag::Link { dest_url, .. } | Tag::Image { dest_url, .. }) => {
+                panic!("a link in report.md: {dest_url}")
+            }
+            _ => {}
+        }
+    }
+    let rows = markdown_table_rows(&md);
+    assert!(rows > 20, "{rows} table rows checked");
+    assert!(md.contains("| hostile &lt;script&gt;"), "{md}");
+}
+
+/// Checks that each row of each Markdown table outside fenced code has as
+/// many cells as its header (cells split by pipes not escaped with `\`),
+/// and that a table ends only at a blank line; returns the rows checked.
+fn markdown_table_rows(md: &str) -> usize {
+    let cells = |line: &str| {
+        let mut escaped = false;
+        let mut pipes = 0;
+        for c in line.chars() {
+            pipes += usize::from(c == '|' && !escaped);
+            escaped = c == '\\' && !escaped;
+        }
+        pipes
+    };
+    let lines: Vec<&str> = md.lines().collect();
+    let mut fence: Option<usize> = None;
+    let mut rows = 0;
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        let ticks = line.chars().take_while(|c| *c == '`').count();
+        match fence {
+            Some(open) if ticks >= open && line.trim_end().len() == ticks => fence = None,
+            Some(_) => {}
+            None if ticks >= 3 => fence = Some(ticks),
+            None if line.starts_with('|')
+                && lines
+                    .get(i + 1)
+                    .is_some_and(|l| l.starts_with("|:-") || l.starts_with("|--")) =>
+            {
+                let columns = cells(line);
+                i += 1;
+                while let Some(row) = lines.get(i).filter(|l| !l.is_empty()) {
+                    assert!(
+                        row.starts_with('|') && row.ends_with('|'),
+                        "a broken table row: {row:?}"
+                    );
+                    assert_eq!(
+                        cells(row),
+                        columns,
+                        "a row of another width: {row:?} under {line:?}"
+                    );
+                    rows += 1;
+                    i += 1;
+                }
+            }
+            None => {}
+        }
+        i += 1;
+    }
+    rows
 }
 
 fn wait_for(child: &mut Child, ready: impl Fn() -> bool, what: &str) {

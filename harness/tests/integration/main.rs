@@ -23,7 +23,9 @@
 //!   and the commands the docs quote.
 //! - `hostile`: an adapter that hangs is given up after three timeouts, a
 //!   signal to the harness leaves no adapter process, an answer past the cap
-//!   is an error naming it.
+//!   is an error naming it; one whose every word is markup, control
+//!   characters and broken escapes, with 1 MiB messages, leaves every report
+//!   parseable (XML, HTML and Markdown parsers) and its text inert.
 //! - `subprocess`: the reference as a subprocess gives the same verdicts as
 //!   in process.
 //! - `power`: every writer trace has an inspection check, each writer and
