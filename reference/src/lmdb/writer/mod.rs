@@ -86,7 +86,7 @@ pub struct WriterOptions {
     pub page_size: u32,
     /// Compute the finished file's content digest ([`Written::digest`],
     /// what a set's manifest keeps of a shard): the file is read once
-    /// more, from the page cache, after the last sync (about a tenth of a
+    /// more, from the page cache, after the last sync (0.13-0.35x of one
     /// full read of it, docs/shards.md). Off by default.
     pub digest: bool,
 }
