@@ -176,36 +176,13 @@ fn a_write_to_a_full_file_system_says_how_much_is_free() -> Option<String> {
 fn an_overwrite_that_fills_the_disk_leaves_the_old_collection() -> Option<String> {
     let dir = common::scratch_dir("cli-test-full-overwrite");
     let model = large_model(&dir);
-    let old = dir.join("old.mrec.lmdb");
-    let (code, _, err) = common::mrec(&["write", example().to_str()?, old.to_str()?]);
-    assert_eq!(code, Some(0), "{err}");
-    let run = match on_full_tmpfs(
+    overwrite_on_full_tmpfs(
         &dir,
-        "1m",
-        &format!("cp '{}' \"$MNT/out.mrec.lmdb\"", old.display()),
         &format!(
             "'{MREC}' write --overwrite '{}' \"$MNT/out.mrec.lmdb\"",
             model.display()
         ),
-    ) {
-        Ok(run) => run,
-        Err(why) => return Some(why),
-    };
-    assert_eq!(run.code, Some(3), "{}", run.stderr);
-    assert!(
-        run.stderr
-            .contains(&format!("{}: ", dir.join("mnt/out.mrec.lmdb").display())),
-        "{}",
-        run.stderr
-    );
-    reported_free(&run.stderr, 1 << 20);
-    assert_eq!(run.entries, ["out.mrec.lmdb"], "left behind");
-    assert!(
-        run.out_bytes == Some(std::fs::read(&old).unwrap()),
-        "the old collection changed"
-    );
-    let _ = std::fs::remove_dir_all(&dir);
-    None
+    )
 }
 
 /// `mrec import aselmdb --overwrite` of an ASE-LMDB shard too large for
@@ -228,18 +205,25 @@ fn an_import_that_fills_the_disk_leaves_the_old_collection() -> Option<String> {
         shard.append(row.as_bytes()).unwrap();
     }
     shard.finish().unwrap();
-    let old = dir.join("old.mrec.lmdb");
-    let (code, _, err) = common::mrec(&["write", example().to_str()?, old.to_str()?]);
-    assert_eq!(code, Some(0), "{err}");
-    let run = match on_full_tmpfs(
+    overwrite_on_full_tmpfs(
         &dir,
-        "1m",
-        &format!("cp '{}' \"$MNT/out.mrec.lmdb\"", old.display()),
         &format!(
             "'{MREC}' import aselmdb --quiet --overwrite '{}' \"$MNT/out.mrec.lmdb\"",
             source.display()
         ),
-    ) {
+    )
+}
+
+/// Runs `command` over a small collection at `$MNT/out.mrec.lmdb` on a
+/// 1 MiB tmpfs it fills: exit 3 naming the path and the free space, the
+/// old collection byte for byte, nothing else on the tmpfs. `Some`: the
+/// tmpfs could not be mounted (why).
+fn overwrite_on_full_tmpfs(dir: &Path, command: &str) -> Option<String> {
+    let old = dir.join("old.mrec.lmdb");
+    let (code, _, err) = common::mrec(&["write", example().to_str()?, old.to_str()?]);
+    assert_eq!(code, Some(0), "{err}");
+    let setup = format!("cp '{}' \"$MNT/out.mrec.lmdb\"", old.display());
+    let run = match on_full_tmpfs(dir, "1m", &setup, command) {
         Ok(run) => run,
         Err(why) => return Some(why),
     };
@@ -256,6 +240,6 @@ fn an_import_that_fills_the_disk_leaves_the_old_collection() -> Option<String> {
         run.out_bytes == Some(std::fs::read(&old).unwrap()),
         "the old collection changed"
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(dir);
     None
 }
