@@ -320,7 +320,7 @@ fn the_writer_hashes_what_it_installs_and_verify_compares_it() {
     manifest.shards[3].digest = written.digest.clone();
     manifest.fill_digests(&dir).unwrap();
     manifest.install(&dir).unwrap();
-    let checks = molrec::lmdb::set::verify_digests(&[dir.clone()]).unwrap();
+    let checks = molrec::lmdb::set::verify_digests(std::slice::from_ref(&dir)).unwrap();
     assert_eq!(checks.len(), 4);
     assert!(checks
         .iter()
@@ -330,7 +330,7 @@ fn the_writer_hashes_what_it_installs_and_verify_compares_it() {
     let mut bytes = std::fs::read(&files[1]).unwrap();
     bytes[7_000] ^= 1;
     std::fs::write(&files[1], &bytes).unwrap();
-    let checks = molrec::lmdb::set::verify_digests(&[dir.clone()]).unwrap();
+    let checks = molrec::lmdb::set::verify_digests(std::slice::from_ref(&dir)).unwrap();
     let bad: Vec<_> = checks.iter().filter_map(|c| c.error()).collect();
     assert_eq!(bad.len(), 1, "{bad:?}");
     assert_eq!(
@@ -346,7 +346,7 @@ fn the_writer_hashes_what_it_installs_and_verify_compares_it() {
     // The set itself still opens: its sizes and counts are the manifest's.
     assert!(open(&dir).is_ok());
     // A file alone: its own manifest, which must list it.
-    let alone = molrec::lmdb::set::verify_digests(&[d.clone()]).unwrap();
+    let alone = molrec::lmdb::set::verify_digests(std::slice::from_ref(&d)).unwrap();
     let e = alone[0].error().expect("no manifest lists it");
     assert_eq!(
         problem(&e),
@@ -356,13 +356,13 @@ fn the_writer_hashes_what_it_installs_and_verify_compares_it() {
     let mut own = manifest.clone();
     own.shards.retain(|s| s.file == "a.mrec.lmdb");
     own.install_at(&sidecar).unwrap();
-    let e = molrec::lmdb::set::verify_digests(&[d.clone()]).unwrap_err();
+    let e = molrec::lmdb::set::verify_digests(std::slice::from_ref(&d)).unwrap_err();
     assert_eq!(problem(&e).map(|p| p.0), Some(SetProblem::Manifest));
     assert!(e.to_string().contains("does not list this file"), "{e}");
     let mut own = manifest.clone();
     own.shards.retain(|s| s.file == "d.mrec.lmdb");
     own.install_at(&sidecar).unwrap();
-    let alone = molrec::lmdb::set::verify_digests(&[d.clone()]).unwrap();
+    let alone = molrec::lmdb::set::verify_digests(std::slice::from_ref(&d)).unwrap();
     assert!(alone[0].is_verified());
     let _ = std::fs::remove_dir_all(&dir);
 }
