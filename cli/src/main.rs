@@ -89,6 +89,10 @@ enum Command {
         /// glob pattern, a manifest.
         #[arg(required = true, value_name = "PATH")]
         paths: Vec<PathBuf>,
+        /// Also verify each shard's bytes against the content digest its
+        /// manifest keeps (`mrec set verify`).
+        #[arg(long)]
+        digests: bool,
     },
     /// Sharded sets: many collection files read as one (docs/shards.md).
     Set {
@@ -132,11 +136,26 @@ enum Command {
 #[derive(Subcommand)]
 enum SetCommand {
     /// Write the manifest (`mrec-set.json`) of the `*.mrec.lmdb` files of
-    /// DIR: each shard's counts and size, the digest of the declaration
-    /// they share (refused, naming the shard, when one differs).
+    /// DIR: each shard's counts, size and content digest (xxh3_128), the
+    /// digest of the declaration they share (refused, naming the shard,
+    /// when one differs). Of one FILE: `FILE.mrec-set.json` beside it, so
+    /// that the file can be verified.
     Manifest {
-        /// The shards' directory.
-        dir: PathBuf,
+        /// The shards' directory, or one collection file.
+        #[arg(value_name = "DIR|FILE")]
+        path: PathBuf,
+    },
+    /// Recompute each shard's content digest and compare it with its
+    /// manifest's (a set's `mrec-set.json`; of a file given alone,
+    /// `FILE.mrec-set.json`). Exit 0 when every shard is verified; 1 naming
+    /// each shard whose bytes changed (the digest expected and the one
+    /// found) or that has no digest to compare with; 3 for a shard that is
+    /// not there.
+    Verify {
+        /// A directory with a manifest, a manifest, or files (each with its
+        /// own manifest beside it).
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
     },
 }
 
@@ -219,14 +238,16 @@ fn main() -> ExitCode {
                 overwrite,
                 batch_bytes,
                 page_size,
+                ..WriterOptions::default()
             },
         ),
         Command::Dump { paths } => show::dump(&paths),
         Command::Info { paths } => show::info(&paths),
-        Command::Validate { paths } => return show::validate(&paths),
-        Command::Set {
-            command: SetCommand::Manifest { dir },
-        } => show::write_manifest(&dir),
+        Command::Validate { paths, digests } => return show::validate(&paths, digests),
+        Command::Set { command } => match command {
+            SetCommand::Manifest { path } => show::write_manifest(&path),
+            SetCommand::Verify { paths } => return show::verify(&paths),
+        },
         Command::Adapter => adapter(),
         Command::Import { format } => return import_command(format),
         Command::Bench {
@@ -311,7 +332,7 @@ fn write(model: &Path, out: &Path, options: WriterOptions) -> Result<(), Error> 
         std::process::exit(130);
     }
     streamed?;
-    writer.finish(index)
+    writer.finish(index).map(|_| ())
 }
 
 /// `mrec write`'s input read in two passes, so that memory holds one
@@ -854,7 +875,7 @@ fn adapter() -> Result<(), Error> {
                         },
                     )
                 });
-                answer(id, result.map(|()| None))
+                answer(id, result.map(|_| None))
             }
             (Some("read"), Some(path)) => {
                 let result = Reader::open_checked(&path).and_then(|r| r.read_collection());

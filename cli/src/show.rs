@@ -1,12 +1,12 @@
 //! `mrec info`, `dump` and `validate` of one file or of a sharded set
 //! (several files, a directory, a glob pattern, a manifest: docs/shards.md),
-//! and `mrec set manifest`. One path that is a collection file reads as
-//! before; anything else opens a `Set`, checking each shard's pages as it
-//! opens it.
+//! and `mrec set manifest` and `mrec set verify`. One path that is a
+//! collection file reads as before; anything else opens a `Set`, checking
+//! each shard's pages as it opens it.
 
 use crate::exit_code;
-use molrec::lmdb::set::{shard_files, MANIFEST_NAME};
-use molrec::lmdb::{Reader, Set, SetOptions};
+use molrec::lmdb::set::{is_manifest_name, shard_files, sidecar_manifest, verify_digests};
+use molrec::lmdb::{Reader, Set, SetOptions, DIGEST_FIELD};
 use molrec::model::SequenceSchema;
 use molrec::model_json::collection_to_json;
 use molrec::Error;
@@ -18,7 +18,14 @@ use std::process::ExitCode;
 /// The one collection file `paths` name, if they name one (not a set).
 fn single(paths: &[PathBuf]) -> Option<&Path> {
     match paths {
-        [one] if one.is_file() && one.file_name() != Some(MANIFEST_NAME.as_ref()) => Some(one),
+        [one]
+            if one.is_file()
+                && !one
+                    .file_name()
+                    .is_some_and(|n| is_manifest_name(&n.to_string_lossy())) =>
+        {
+            Some(one)
+        }
         _ => None,
     }
 }
@@ -141,13 +148,32 @@ fn declaration(reader: &Reader, schema: &SequenceSchema, own: &str) -> Result<()
     Ok(())
 }
 
+/// The worse of two exit statuses (the higher code).
+fn worse(a: ExitCode, b: ExitCode) -> ExitCode {
+    if format!("{b:?}") > format!("{a:?}") {
+        b
+    } else {
+        a
+    }
+}
+
 /// `mrec validate`: every violation of the file (or of each shard, named),
 /// then the findings; for a set also what the set itself requires (each
 /// shard as the manifest describes it, own index columns that line up).
-pub fn validate(paths: &[PathBuf]) -> ExitCode {
-    if let Some(file) = single(paths) {
-        return validate_one(file);
-    }
+/// With `digests`, first `mrec set verify` of the same paths.
+pub fn validate(paths: &[PathBuf], digests: bool) -> ExitCode {
+    let verified = match digests {
+        true => verify(paths),
+        false => ExitCode::SUCCESS,
+    };
+    let validated = match single(paths) {
+        Some(file) => validate_one(file),
+        None => validate_set(paths),
+    };
+    worse(verified, validated)
+}
+
+fn validate_set(paths: &[PathBuf]) -> ExitCode {
     let set = match open_set(paths) {
         Ok(set) => set,
         Err(e) => {
@@ -171,12 +197,7 @@ pub fn validate(paths: &[PathBuf]) -> ExitCode {
     let mut violations = 0usize;
     let mut findings = 0usize;
     let mut worst = ExitCode::SUCCESS;
-    let judge = |e: &Error, worst: &mut ExitCode| {
-        let code = exit_code(e);
-        if format!("{code:?}") > format!("{worst:?}") {
-            *worst = code;
-        }
-    };
+    let judge = |e: &Error, worst: &mut ExitCode| *worst = worse(*worst, exit_code(e));
     for (name, opened) in &shards {
         match opened {
             Err(e) => {
@@ -261,22 +282,86 @@ fn validate_one(file: &Path) -> ExitCode {
     violations
         .iter()
         .map(exit_code)
-        .max_by_key(|c| format!("{c:?}"))
-        .unwrap_or(ExitCode::from(1))
+        .fold(ExitCode::from(1), worse)
 }
 
-/// `mrec set manifest DIR`: opens every `*.mrec.lmdb` of `dir` as a set
-/// (pages checked, declarations compared) and writes its manifest, last.
-pub fn write_manifest(dir: &Path) -> Result<(), Error> {
-    let files = shard_files(dir)?;
+/// `mrec set manifest PATH`: opens every `*.mrec.lmdb` of the directory
+/// `PATH` as a set (pages checked, declarations compared), computes each
+/// shard's content digest, and writes the manifest, last. Of one file: its
+/// own manifest beside it (`<file>.mrec-set.json`), a set of that file.
+pub fn write_manifest(path: &Path) -> Result<(), Error> {
+    let (files, dir, target) = if path.is_dir() {
+        (shard_files(path)?, path, None)
+    } else {
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        (vec![path.to_path_buf()], dir, Some(sidecar_manifest(path)))
+    };
     let set = Set::open_files(&files, SetOptions { checked: true })?;
-    let path = set.manifest(dir)?.install(dir)?;
+    let mut manifest = set.manifest(dir)?;
+    manifest.fill_digests(dir)?;
+    let written = match target {
+        None => manifest.install(dir)?,
+        Some(sidecar) => manifest.install_at(&sidecar)?,
+    };
     println!(
-        "{}: {} shards, {} records, {} frames",
-        path.display(),
+        "{}: {} shards, {} records, {} frames; {DIGEST_FIELD} digests",
+        written.display(),
         set.n_shards(),
         set.n_records(),
         set.n_frames()
     );
     Ok(())
+}
+
+/// `mrec set verify PATH...`: every shard hashed again and compared with
+/// the digest its manifest keeps (docs/shards.md). Each shard verified is
+/// a line on stdout; each that is not (changed, without a digest, not
+/// there) an error on stderr, naming it. Exit 0 when every shard is
+/// verified, else the worst of its errors' statuses (1, or 3 for a shard
+/// that is not there).
+pub fn verify(paths: &[PathBuf]) -> ExitCode {
+    let start = std::time::Instant::now();
+    let checks = match verify_digests(paths) {
+        Ok(checks) => checks,
+        Err(e) => {
+            eprintln!("mrec: {e}");
+            return exit_code(&e);
+        }
+    };
+    let mut code = ExitCode::SUCCESS;
+    let mut bytes = 0u64;
+    for check in &checks {
+        match check.error() {
+            None => {
+                bytes += check.actual_bytes.unwrap_or(0);
+                println!(
+                    "verified  {} ({DIGEST_FIELD} {})",
+                    check.path.display(),
+                    check.expected.as_deref().unwrap_or_default()
+                );
+            }
+            Some(e) => {
+                eprintln!("{e}");
+                code = worse(code, exit_code(&e));
+            }
+        }
+    }
+    let what = label(paths);
+    let good = checks.iter().filter(|c| c.is_verified()).count();
+    if good == checks.len() {
+        println!(
+            "{what}: {good} shards verified, {bytes} bytes, {:.2} s",
+            start.elapsed().as_secs_f64()
+        );
+    } else {
+        eprintln!(
+            "{what}: {} of {} shards not verified",
+            checks.len() - good,
+            checks.len()
+        );
+    }
+    code
 }

@@ -51,6 +51,17 @@ pub(super) fn lmdb_err(path: &Path, e: heed::Error) -> ImportError {
     }
 }
 
+/// [`lmdb_err`] of a write: an operating-system error (a full disk) also
+/// says how much its file system has left.
+fn write_err(path: &Path, e: heed::Error) -> ImportError {
+    match e {
+        heed::Error::Io(io) => {
+            ImportError::Mrec(molrec::lmdb::located_io(path, molrec::Error::Io(io)))
+        }
+        other => lmdb_err(path, other),
+    }
+}
+
 /// Inflates and parses a reserved key's value as JSON.
 pub(super) fn reserved_json(
     key: &str,
@@ -468,12 +479,12 @@ impl ShardWriter {
         // SAFETY: valid flags for a writable NO_SUB_DIR environment.
         unsafe { options.flags(EnvFlags::NO_SUB_DIR | EnvFlags::NO_SYNC) };
         // SAFETY: a fresh file, written only through this environment.
-        let env = unsafe { options.open(path) }.map_err(|e| lmdb_err(path, e))?;
-        let mut txn = env.write_txn().map_err(|e| lmdb_err(path, e))?;
+        let env = unsafe { options.open(path) }.map_err(|e| write_err(path, e))?;
+        let mut txn = env.write_txn().map_err(|e| write_err(path, e))?;
         let db: Database<Bytes, Bytes> = env
             .create_database(&mut txn, None)
-            .map_err(|e| lmdb_err(path, e))?;
-        txn.commit().map_err(|e| lmdb_err(path, e))?;
+            .map_err(|e| write_err(path, e))?;
+        txn.commit().map_err(|e| write_err(path, e))?;
         Ok(ShardWriter {
             path: path.to_path_buf(),
             env,
@@ -513,34 +524,36 @@ impl ShardWriter {
 
     fn flush(&mut self, nextid: Option<u64>) -> Res<()> {
         let path = &self.path;
-        let mut txn = self.env.write_txn().map_err(|e| lmdb_err(path, e))?;
+        let mut txn = self.env.write_txn().map_err(|e| write_err(path, e))?;
         for (id, value) in self.pending.drain(..) {
             self.db
                 .put(&mut txn, id.to_string().as_bytes(), &value)
-                .map_err(|e| lmdb_err(path, e))?;
+                .map_err(|e| write_err(path, e))?;
         }
         if let Some(nextid) = nextid {
             let value = zlib(nextid.to_string().as_bytes(), self.level)?;
             self.db
                 .put(&mut txn, b"nextid", &value)
-                .map_err(|e| lmdb_err(path, e))?;
+                .map_err(|e| write_err(path, e))?;
             if !self.deleted.is_empty() {
                 let list = serde_json::to_string(&self.deleted)
                     .map_err(|e| ImportError::Mrec(molrec::Error::Io(std::io::Error::other(e))))?;
                 let value = zlib(list.as_bytes(), self.level)?;
                 self.db
                     .put(&mut txn, b"deleted_ids", &value)
-                    .map_err(|e| lmdb_err(path, e))?;
+                    .map_err(|e| write_err(path, e))?;
             }
         }
-        txn.commit().map_err(|e| lmdb_err(path, e))
+        txn.commit().map_err(|e| write_err(path, e))
     }
 
     /// Writes `nextid`, syncs and closes the shard; returns the bytes of
     /// JSON text it holds (before compression).
     pub fn finish(mut self) -> Res<u64> {
         self.flush(Some(self.rows + 1))?;
-        self.env.force_sync().map_err(|e| lmdb_err(&self.path, e))?;
+        self.env
+            .force_sync()
+            .map_err(|e| write_err(&self.path, e))?;
         self.env.prepare_for_closing().wait();
         Ok(self.json_bytes)
     }

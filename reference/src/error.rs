@@ -71,11 +71,18 @@ pub enum SetProblem {
     /// The shards' own index columns do not line up (names, dtypes,
     /// shapes, precisions).
     Index,
+    /// A shard's bytes are not those its manifest's content digest was
+    /// computed from: it changed on disk or in a copy.
+    Digest,
+    /// No content digest to verify a shard against: its manifest predates
+    /// digests, or no manifest lists it.
+    NoDigest,
 }
 
 impl SetProblem {
     /// A short stable name: `declaration`, `missing`, `changed`,
-    /// `manifest`, `incomplete`, `empty`, `duplicate`, `index`.
+    /// `manifest`, `incomplete`, `empty`, `duplicate`, `index`, `digest`,
+    /// `no-digest`.
     pub fn name(self) -> &'static str {
         match self {
             SetProblem::Declaration => "declaration",
@@ -86,6 +93,8 @@ impl SetProblem {
             SetProblem::Empty => "empty",
             SetProblem::Duplicate => "duplicate",
             SetProblem::Index => "index",
+            SetProblem::Digest => "digest",
+            SetProblem::NoDigest => "no-digest",
         }
     }
 }

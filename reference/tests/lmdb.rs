@@ -39,7 +39,7 @@ fn water_collection(records: usize) -> Value {
 }
 
 fn write_json(path: &Path, c: &Value, options: WriterOptions) -> Result<(), Error> {
-    write_collection(path, collection_from_json(c)?, options)
+    write_collection(path, collection_from_json(c)?, options).map(|_| ())
 }
 
 fn update_blocks(reader: &Reader, j: u64) -> Vec<String> {

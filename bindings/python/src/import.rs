@@ -68,6 +68,7 @@ fn report_dict<'py>(
     }
     d.set_item("dropped_samples", report.dropped_samples().to_vec())?;
     d.set_item("secs", report.secs)?;
+    d.set_item("xxh3_128", report.digest.as_deref())?;
     Ok(d)
 }
 
@@ -122,9 +123,15 @@ impl NativeAseImport {
         ))
     }
 
+    /// Finishes the current scratch shard; one that cannot be finished (a
+    /// full disk) is removed. Errors of the scratch shards name the output
+    /// (and the scratch file, its file system's free space on a full disk).
     fn close_current(&mut self) -> PyResult<()> {
         if let Some((label, path, writer)) = self.current.take() {
-            writer.finish().map_err(|e| import_err(e, &path))?;
+            if let Err(e) = writer.finish() {
+                molrec::lmdb::remove_with_lock_file(&path);
+                return Err(import_err(e, &self.options.out));
+            }
             self.sources.push((label, path));
         }
         Ok(())
@@ -188,7 +195,8 @@ impl NativeAseImport {
             }
             self.close_current()?;
             let path = self.scratch_path(self.sources.len());
-            let writer = ShardWriter::create(&path, 1).map_err(|e| import_err(e, &path))?;
+            let writer =
+                ShardWriter::create(&path, 1).map_err(|e| import_err(e, &self.options.out))?;
             self.current = Some((label, path, writer));
             Ok(())
         })
@@ -199,7 +207,9 @@ impl NativeAseImport {
     fn add(&mut self, row: &[u8]) -> PyResult<u64> {
         guard(|| match &mut self.current {
             None => Err(PyRuntimeError::new_err("add before begin")),
-            Some((_, path, writer)) => writer.append(row).map_err(|e| import_err(e, path)),
+            Some((_, _, writer)) => writer
+                .append(row)
+                .map_err(|e| import_err(e, &self.options.out)),
         })
     }
 

@@ -20,9 +20,9 @@ mod read;
 mod structures;
 mod write;
 
-use molrec::lmdb::{Set, SetOptions};
-use molrec::Error;
-use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyPermissionError};
+use molrec::lmdb::{is_digest, Set, SetOptions, DIGEST_HEX_LEN};
+use molrec::{Error, SetProblem};
+use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyPermissionError, PyValueError};
 use pyo3::prelude::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -110,7 +110,12 @@ pub(crate) fn to_py_err(e: Error, file: &Path) -> PyErr {
             errors_class_call(py, "Busy", (e.to_string(), clause, "", file, what.clone()))
         }
         Error::Io(io) => {
-            let message = format!("{file}: {io}");
+            // The library names the file of most of its errors already.
+            let text = io.to_string();
+            let message = match text.starts_with(&file) {
+                true => text,
+                false => format!("{file}: {text}"),
+            };
             match (io.raw_os_error(), io.kind()) {
                 (Some(errno), _) => PyOSError::new_err((errno, message)),
                 (None, std::io::ErrorKind::NotFound) => PyFileNotFoundError::new_err(message),
@@ -149,19 +154,99 @@ fn _panic_for_test(in_detached_thread: bool) -> PyResult<()> {
 
 /// Writes the manifest of the set of `shards` (files of `dir`, in this
 /// order) into `dir`, last: each shard is opened (its counts, its
-/// declaration, which must be the first's), then `mrec-set.json` is
-/// installed (temporary file, rename) and the pending marker removed.
-/// Returns the manifest's path.
+/// declaration, which must be the first's), each gets its content digest
+/// (`digests[i]`, what the task that wrote it computed; the file is hashed
+/// where that is None), then `mrec-set.json` is installed (temporary file,
+/// rename) and the pending marker removed. Returns the manifest's path.
 #[pyfunction]
-fn write_manifest(py: Python<'_>, shards: Vec<PathBuf>, dir: PathBuf) -> PyResult<PathBuf> {
+#[pyo3(signature = (shards, dir, digests=None))]
+fn write_manifest(
+    py: Python<'_>,
+    shards: Vec<PathBuf>,
+    dir: PathBuf,
+    digests: Option<Vec<Option<String>>>,
+) -> PyResult<PathBuf> {
     guard(|| {
+        let digests = digests.unwrap_or_else(|| vec![None; shards.len()]);
+        if digests.len() != shards.len() {
+            return Err(PyValueError::new_err(format!(
+                "{} digests for {} shards",
+                digests.len(),
+                shards.len()
+            )));
+        }
+        if let Some(bad) = digests.iter().flatten().find(|d| !is_digest(d)) {
+            return Err(PyValueError::new_err(format!(
+                "{bad:?} is not a digest ({DIGEST_HEX_LEN} lowercase hex digits)"
+            )));
+        }
         let at = dir.clone();
         let written = without_gil(py, move || {
             let set = Set::open_files(&shards, SetOptions::default())?;
-            set.manifest(&dir)?.install(&dir)
+            let mut manifest = set.manifest(&dir)?;
+            for (shard, digest) in manifest.shards.iter_mut().zip(digests) {
+                shard.digest = digest;
+            }
+            manifest.fill_digests(&dir)?;
+            manifest.install(&dir)
         })
         .map_err(|m| internal_error(&m))?;
         written.map_err(|e| to_py_err(e, &at))
+    })
+}
+
+/// The content digest of the file at `path` (what a set's manifest keeps
+/// of a shard: XXH3-128, 32 lowercase hex digits).
+#[pyfunction]
+fn file_digest(py: Python<'_>, path: PathBuf) -> PyResult<String> {
+    guard(|| {
+        let at = path.clone();
+        without_gil(py, move || molrec::lmdb::file_digest(&path))
+            .map_err(|m| internal_error(&m))?
+            .map_err(|e| to_py_err(e, &at))
+    })
+}
+
+/// Every shard of the set `paths` name hashed and compared with the digest
+/// its manifest keeps (`mrec set verify`). Returns `(path, digest)` of each
+/// shard when all are verified; raises for the first that is not:
+/// `mrec.DigestMismatch` (its bytes changed: the digest expected and the
+/// one found), `mrec.SetRefused` (`no-digest`, `missing`, or a manifest
+/// that is not one).
+#[pyfunction]
+fn verify_digests(py: Python<'_>, paths: Vec<PathBuf>) -> PyResult<Vec<(PathBuf, String)>> {
+    guard(|| {
+        let first = paths.first().cloned().unwrap_or_default();
+        let checks = without_gil(py, move || molrec::lmdb::set::verify_digests(&paths))
+            .map_err(|m| internal_error(&m))?
+            .map_err(|e| to_py_err(e, &first))?;
+        let mut verified = Vec::with_capacity(checks.len());
+        for check in checks {
+            let Some(e) = check.error() else {
+                verified.push((check.path, check.expected.unwrap_or_default()));
+                continue;
+            };
+            return Err(match &e {
+                Error::Set {
+                    problem: SetProblem::Digest,
+                    shard,
+                    detail,
+                } => errors_class_call(
+                    py,
+                    "DigestMismatch",
+                    (
+                        e.to_string(),
+                        SetProblem::Digest.name(),
+                        shard.clone(),
+                        detail.clone(),
+                        check.expected.unwrap_or_default(),
+                        check.actual.unwrap_or_default(),
+                    ),
+                ),
+                _ => to_py_err(e, &check.path),
+            });
+        }
+        Ok(verified)
     })
 }
 
@@ -175,6 +260,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ASE_MAPPING", mrec_import::mapping::MAPPING_JSON)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
     m.add_function(wrap_pyfunction!(write_manifest, m)?)?;
+    m.add_function(wrap_pyfunction!(file_digest, m)?)?;
+    m.add_function(wrap_pyfunction!(verify_digests, m)?)?;
     m.add_function(wrap_pyfunction!(import::import_aselmdb, m)?)?;
     m.add_function(wrap_pyfunction!(read::_after_fork_in_child, m)?)?;
     Ok(())

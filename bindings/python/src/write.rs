@@ -87,7 +87,7 @@ impl NativeWriter {
 #[pymethods]
 impl NativeWriter {
     #[new]
-    #[pyo3(signature = (path, meta, schema=None, forcefield=None, overwrite=false))]
+    #[pyo3(signature = (path, meta, schema=None, forcefield=None, overwrite=false, digest=false))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
@@ -95,6 +95,7 @@ impl NativeWriter {
         schema: Option<&Bound<'_, PyAny>>,
         forcefield: Option<&Bound<'_, PyAny>>,
         overwrite: bool,
+        digest: bool,
     ) -> PyResult<NativeWriter> {
         guard(|| {
             let meta = document(Some(meta), "meta")?;
@@ -119,6 +120,7 @@ impl NativeWriter {
             };
             let options = WriterOptions {
                 overwrite,
+                digest,
                 ..WriterOptions::default()
             };
             let p = path.clone();
@@ -175,7 +177,8 @@ impl NativeWriter {
 
     /// Writes the index (`index`: own columns, one row per record, with
     /// optional masks and precisions) and `meta`, and installs the file at
-    /// its path.
+    /// its path. Returns the file's content digest when the writer was made
+    /// with `digest=True`, else None.
     #[pyo3(signature = (index=None, validity=None, precision=None))]
     fn finish(
         &self,
@@ -183,7 +186,7 @@ impl NativeWriter {
         index: Option<&Bound<'_, PyDict>>,
         validity: Option<&Bound<'_, PyDict>>,
         precision: Option<&Bound<'_, PyDict>>,
-    ) -> PyResult<()> {
+    ) -> PyResult<Option<String>> {
         guard(|| {
             let mut columns = BTreeMap::new();
             if let Some(index) = index {
@@ -206,9 +209,10 @@ impl NativeWriter {
                         self.path.display()
                     ))
                 })?;
-            without_gil(py, move || writer.finish(columns))
+            let written = without_gil(py, move || writer.finish(columns))
                 .map_err(|m| internal_error(&m))?
-                .map_err(|e| to_py_err(e, &self.path))
+                .map_err(|e| to_py_err(e, &self.path))?;
+            Ok(written.digest)
         })
     }
 

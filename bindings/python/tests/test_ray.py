@@ -253,3 +253,34 @@ def test_shards_that_do_not_form_a_set_are_refused_naming_the_shard(local_ray: N
         mrec.ray.read(mixed)
     assert (e.value.problem, e.value.shard) == ("declaration", "data0003.mrec.lmdb")
     assert "sequence_schema" in str(e.value)
+
+
+def test_the_tasks_hand_their_shards_digests_to_the_manifest(
+    local_ray: None, aselmdb_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each import and write task hashes the shard it wrote; the driver
+    writes those digests into the manifest (it hashes none itself), and
+    the set verifies."""
+    import mrec._ray_io as ray_io
+
+    handed: List[Any] = []
+    finish_set = ray_io.finish_set
+
+    def recording(out_dir: str, shards: Any, digests: Any = None) -> str:
+        handed.append(list(digests) if digests is not None else None)
+        return finish_set(out_dir, shards, digests)
+
+    monkeypatch.setattr(ray_io, "finish_set", recording)
+    out = tmp_path / "imported"
+    mrec.ray.import_ase(aselmdb_dir, out)
+    whole = tmp_path / "whole.mrec.lmdb"
+    workers.make_collection(whole, 30)
+    written = tmp_path / "written"
+    mrec.ray.write(mrec.ray.read(whole, override_num_blocks=3), written, like=whole)
+    assert len(handed) == 2
+    for out_dir, digests in zip((out, written), handed):
+        manifest = json.loads((out_dir / "mrec-set.json").read_text())
+        files = [out_dir / s["file"] for s in manifest["shards"]]
+        assert digests == [s["xxh3_128"] for s in manifest["shards"]]
+        assert digests == [mrec._native.file_digest(str(f)) for f in files]
+        assert len(mrec.open(out_dir, verify=True)) == sum(s["n_records"] for s in manifest["shards"])

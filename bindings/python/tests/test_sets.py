@@ -2,13 +2,17 @@
 a pattern, a manifest or a list of files reads the shards as the one
 collection they were split from (records, batches, frames by ordinal,
 index, structures, sampler); a pickled set opens only the shards a worker
-reads; shards that do not form a set are refused naming the shard."""
+reads; shards that do not form a set are refused naming the shard; each
+shard's content digest is kept in the manifest and ``verify=True`` names
+a shard whose bytes changed."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import pickle
 import random
+import subprocess
 from pathlib import Path
 from typing import List, Tuple
 
@@ -178,3 +182,110 @@ def test_a_refusal_inside_a_shard_names_the_shard_file(tmp_path: Path) -> None:
     with pytest.raises(mrec.Uncommitted) as e:
         mrec.open(shard_dir)
     assert e.value.file == str(files[2])
+
+
+def flip_byte(path: Path, at: int) -> None:
+    """One byte of ``path`` changed in place (its size kept)."""
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0x5A]))
+
+
+def libxxhash_digest(path: Path) -> str:
+    """XXH3-128 of the file by the reference C library (libxxhash,
+    through ctypes), as ``xxhsum -H2`` prints it; a skip without it."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("xxhash") or "libxxhash.so.0"
+    try:
+        lib = ctypes.CDLL(name)
+    except OSError as e:
+        pytest.skip(f"no libxxhash to compare the digests with: {e}")
+
+    class Hash128(ctypes.Structure):
+        _fields_ = [("low64", ctypes.c_uint64), ("high64", ctypes.c_uint64)]
+
+    lib.XXH3_128bits.restype = Hash128
+    lib.XXH3_128bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    data = path.read_bytes()
+    h = lib.XXH3_128bits(data, len(data))
+    return f"{h.high64:016x}{h.low64:016x}"
+
+
+def test_verify_names_a_shard_whose_bytes_changed(tmp_path: Path) -> None:
+    whole, shard_dir, files = split(tmp_path)
+    _native.write_manifest([str(f) for f in files], str(shard_dir))
+    manifest = json.loads((shard_dir / "mrec-set.json").read_text())
+    kept = [s["xxh3_128"] for s in manifest["shards"]]
+    # The digests are the reference implementation's XXH3-128 of each file.
+    assert kept == [libxxhash_digest(f) for f in files]
+    s = mrec.open(shard_dir, verify=True)
+    assert len(s) == N
+    # A byte past the first meta page's fields, which no reader reads: the
+    # set still opens and reads, and verify names the shard.
+    flip_byte(files[2], 5000)
+    assert len(mrec.open(shard_dir)) == N
+    with pytest.raises(mrec.DigestMismatch) as e:
+        mrec.open(shard_dir, verify=True)
+    assert isinstance(e.value, mrec.SetRefused) and isinstance(e.value, ValueError)
+    assert (e.value.problem, e.value.shard) == ("digest", "part-002.mrec.lmdb")
+    assert (e.value.expected, e.value.actual) == (kept[2], _native.file_digest(str(files[2])))
+    assert e.value.expected != e.value.actual
+    assert f"xxh3_128 expected {kept[2]}, actual {e.value.actual}" in str(e.value)
+    again = pickle.loads(pickle.dumps(e.value))
+    assert (type(again), again.shard, again.expected, again.actual) == (
+        mrec.DigestMismatch,
+        "part-002.mrec.lmdb",
+        e.value.expected,
+        e.value.actual,
+    )
+    # A manifest written before digests: nothing to verify against.
+    for shard in manifest["shards"]:
+        del shard["xxh3_128"]
+    (shard_dir / "mrec-set.json").write_text(json.dumps(manifest))
+    assert len(mrec.open(shard_dir)) == N
+    with pytest.raises(mrec.SetRefused) as e:
+        mrec.open(shard_dir, verify=True)
+    assert (e.value.problem, e.value.shard) == ("no-digest", "part-000.mrec.lmdb")
+
+
+def test_writers_hand_over_the_digest_the_manifest_keeps(tmp_path: Path) -> None:
+    whole, shard_dir, files = split(tmp_path)
+    path = tmp_path / "again.mrec.lmdb"
+    with mrec.Writer(path, units=whole.units, schema=whole.schema, digest=True) as w:
+        w.append(whole[0])
+        digest = w.finish()
+    assert digest == _native.file_digest(str(path)) == libxxhash_digest(path)
+    plain = mrec.Writer(tmp_path / "plain.mrec.lmdb", units=whole.units, schema=whole.schema)
+    plain.append(whole[0])
+    assert plain.finish() is None
+    # Given digests are kept as given (the tasks that wrote the shards
+    # computed them); the others are computed.
+    given = ["0123456789abcdef" * 2, None, None, None]
+    _native.write_manifest([str(f) for f in files], str(shard_dir), given)
+    manifest = json.loads((shard_dir / "mrec-set.json").read_text())
+    assert [s["xxh3_128"] for s in manifest["shards"]] == [given[0]] + [libxxhash_digest(f) for f in files[1:]]
+    with pytest.raises(mrec.DigestMismatch):
+        mrec.open(shard_dir, verify=True)
+    for bad in (["0123456789ABCDEF" * 2, None, None, None], [None]):
+        with pytest.raises(ValueError):
+            _native.write_manifest([str(f) for f in files], str(shard_dir), bad)
+
+
+def test_a_file_alone_is_verified_against_its_own_manifest(tmp_path: Path, mrec_cli: str) -> None:
+    path = tmp_path / "one.mrec.lmdb"
+    workers.make_collection(path, 5)
+    with pytest.raises(mrec.SetRefused) as e:
+        mrec.open(path, verify=True)
+    assert (e.value.problem, e.value.shard) == ("no-digest", "one.mrec.lmdb")
+    subprocess.run([mrec_cli, "set", "manifest", str(path)], check=True, capture_output=True)
+    assert (tmp_path / "one.mrec.lmdb.mrec-set.json").is_file()
+    c = mrec.open(path, verify=True)
+    assert not c.is_set and len(c) == 5
+    flip_byte(path, 40_000)
+    with pytest.raises(mrec.DigestMismatch) as e:
+        mrec.open(path, verify=True)
+    assert e.value.shard == "one.mrec.lmdb"

@@ -18,7 +18,9 @@
 //! 6. an index query answered from the index alone,
 //! 7. two threads reading owned arrays concurrently (and views, 7b),
 //! 8. the page check of [`Reader::open_checked`] (`check_pages`), against
-//!    one full read as owned arrays.
+//!    one full read as owned arrays,
+//! 9. the file's content digest (`file_digest`, what `mrec set verify`
+//!    computes of each shard), against the same read.
 //!
 //! The read figures are measured in `passes` rounds after a warm-up round,
 //! each round one pass of every figure; a figure is the median of its
@@ -32,7 +34,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use molrec::dtype::DType;
 use molrec::error::{Error, Result};
 use molrec::lmdb::{
-    check_pages, frame_key, record_key, system_key, Reader, RecordTxn, Writer, WriterOptions,
+    check_pages, file_digest, frame_key, record_key, system_key, Reader, RecordTxn, Writer,
+    WriterOptions,
 };
 use molrec::model::*;
 use molrec::typed_json::MetaTag;

@@ -249,6 +249,7 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
     let threads_views = || two_thread_pass(&reader, &order, views_pass);
     let index = || index_pass(&reader).map(Seen::matches);
     let page_check = || check_pages(&path).map(|_| Seen::default());
+    let digest = || file_digest(&path).map(|_| Seen::default());
     let peer = || {
         let (frames, sum_x) = peer_pass(&peer_env, &peer_db, &order, &first, &counts)?;
         Ok(Seen {
@@ -262,7 +263,7 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
         raw_pass(env, db, &order, &first, &counts)?;
         touch_all(&peer_env, &peer_db).map(Seen::bytes)
     };
-    let mut figures: [(&str, &dyn Fn() -> Result<Seen>); 11] = [
+    let mut figures: [(&str, &dyn Fn() -> Result<Seen>); 12] = [
         ("touch both files", &touch),
         ("(2) owned arrays", &arrays),
         ("(2c) owned arrays, index order", &arrays_in_order),
@@ -273,13 +274,14 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
         ("(7b) two threads, views", &threads_views),
         ("(6) index query", &index),
         ("(8) page check", &page_check),
+        ("(9) digest", &digest),
         ("(5) peer", &peer),
     ];
     let round_bar = bar(opts.progress, passes as u64 + 1, "read rounds", "rounds");
     let (timings, seen) = measure_rounds(passes, &round_bar, &mut figures)?;
-    let [_, arrays_t, in_order_t, raw_t, owned_t, views_t, threads_t, threads_views_t, index_t, check_t, peer_t] =
+    let [_, arrays_t, in_order_t, raw_t, owned_t, views_t, threads_t, threads_views_t, index_t, check_t, digest_t, peer_t] =
         timings;
-    let [_, arrays_tally, in_order_tally, raw_seen, owned_seen, views_tally, threads_tally, threads_views_tally, index_seen, _, peer_seen] =
+    let [_, arrays_tally, in_order_tally, raw_seen, owned_seen, views_tally, threads_tally, threads_views_tally, index_seen, _, _, peer_seen] =
         seen;
     let (raw_bytes, owned_frames) = (raw_seen.bytes, owned_seen.frames);
     let (small, hits) = index_seen.matches;
@@ -348,6 +350,7 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
         index: index_t,
         index_hits: (small, hits),
         page_check: check_t,
+        digest: digest_t,
         threads: threads_t,
         threads_views: threads_views_t,
         mem_final,
@@ -395,6 +398,8 @@ pub(super) struct Figures {
     pub(super) index_hits: (u64, u64),
     /// (8): `check_pages` of the collection file.
     pub(super) page_check: Timing,
+    /// (9): the collection file's content digest (`file_digest`).
+    pub(super) digest: Timing,
     pub(super) threads: Timing,
     pub(super) threads_views: Timing,
     pub(super) mem_final: Mem,
@@ -505,6 +510,7 @@ impl Figures {
         let in_order_arrays = time_ratio(&self.arrays, &self.arrays_in_order);
         let threads_views_scaling = time_ratio(&self.views, &self.threads_views);
         let check_arrays = time_ratio(&self.page_check, &self.arrays);
+        let digest_arrays = time_ratio(&self.digest, &self.arrays);
         let rss_growth = self.mem_end.rss as i64 - self.mem_start.rss as i64;
         let anon_growth = self.max_anon as i64 - self.mem_start.anon as i64;
         let tally = self.views_tally;
@@ -684,6 +690,25 @@ impl Figures {
                 hi,
             )
             .target("<= 0.10x", check_arrays.median <= 0.10),
+        );
+        rows.push(
+            row(
+                "(9) content digest of the file (mrec set verify)",
+                ms(self.digest.median()),
+                ms(self.digest.min()),
+                ms(self.digest.max()),
+            )
+            .cpu(self.digest.cpu_share()),
+        );
+        let (m, lo, hi) = r3(digest_arrays, times);
+        rows.push(
+            row(
+                "    time (9)/(2): verifying against one full read",
+                m,
+                lo,
+                hi,
+            )
+            .target("<= 0.50x", digest_arrays.median <= 0.50),
         );
         let (m, lo, hi) = r3(threads, rate);
         rows.push(
@@ -916,6 +941,7 @@ impl Figures {
                 "matches_s_or_cl_at_most_12_heavy": self.index_hits.1,
             },
             "page_check": self.page_check.json(1, "checks_per_s"),
+            "digest": self.digest.json(1, "digests_per_s"),
             "two_threads_owned_arrays": self.threads.json(n_frames, "frames_per_s"),
             "two_threads_views": self.threads_views.json(n_frames, "frames_per_s"),
             "ratios": {
@@ -929,6 +955,7 @@ impl Figures {
                 "speed_two_threads_views_over_views": threads_views_scaling.json(),
                 "speed_index_order_over_shuffled": in_order_arrays.json(),
                 "time_page_check_over_owned_arrays": check_arrays.json(),
+                "time_digest_over_owned_arrays": digest_arrays.json(),
                 "file_over_payload": file_ratio,
                 "peer_file_over_ours": self.peer_write.file_bytes as f64 / self.file_bytes as f64,
             },

@@ -65,7 +65,7 @@ impl Implementation for Reference {
             ..WriterOptions::default()
         };
         match collection_from_json(collection).and_then(|c| write_collection(path, c, options)) {
-            Ok(()) => Outcome::Done(()),
+            Ok(_) => Outcome::Done(()),
             Err(e) => refused(e),
         }
     }

@@ -1,6 +1,7 @@
 //! The LMDB binding (spec text 000, DIGEST §§1-4): one file, one unnamed
 //! database, keys `meta`, `index`, `ff`, `r`/`s`/`f` + u64 big-endian.
 
+mod digest;
 mod layout;
 mod pages;
 mod reader;
@@ -8,10 +9,13 @@ mod resolve;
 pub mod set;
 mod writer;
 
+pub use digest::{digest_of, file_digest, is_digest, DIGEST_FIELD, DIGEST_HEX_LEN};
 pub use pages::{check_pages, PageCounts};
 pub use reader::{FrameBlock, FrameColumn, Reader, RecordTxn, ResolvedFrame, ResolvedView};
 pub use set::{Manifest, Set, SetFrame, SetOptions, SetTxn, ShardInfo};
-pub use writer::{partial_path, write_collection, Writer, WriterOptions, DEFAULT_PAGE_SIZE};
+pub use writer::{
+    located_io, partial_path, write_collection, Writer, WriterOptions, Written, DEFAULT_PAGE_SIZE,
+};
 
 use crate::clause::Clause;
 use crate::error::{Error, Result};

@@ -75,8 +75,12 @@ Sharded sets: ``mrec.open(dir)`` (or a glob pattern, a manifest, a list of
 files) reads many ``.mrec.lmdb`` files that share one declaration as one
 collection, records and frames numbered through the shards in order;
 :class:`Structures`, :class:`FrameSampler` and :class:`Dataset` take it as
-they take a file. ``mrec.ray`` reads and writes sets with Ray Data
-(``pip install "mrec[ray]"``). docs/shards.md says more.
+they take a file. A set's manifest keeps each shard's content digest:
+``mrec.open(path, verify=True)`` hashes every shard first and raises
+:class:`DigestMismatch` for one whose bytes changed (a file alone is
+verified against its own manifest, ``mrec set manifest FILE``).
+``mrec.ray`` reads and writes sets with Ray Data (``pip install
+"mrec[ray]"``). docs/shards.md says more.
 
 Loader safety: a :class:`Collection` pickles as its path and options and
 opens its file lazily in each process (keyed by ``os.getpid()``); the
@@ -96,6 +100,7 @@ from ._collection import Collection, open
 from ._errors import (
     BadInput,
     Busy,
+    DigestMismatch,
     InternalError,
     LmdbError,
     Missing,
@@ -123,6 +128,7 @@ __all__ = [
     "ImportReport",
     "Refused",
     "SetRefused",
+    "DigestMismatch",
     "BadInput",
     "Missing",
     "NatomsComputed",
@@ -186,7 +192,13 @@ class Writer:
     subsets of blocks or columns must not: give ``schema`` (``c.schema``
     when copying) for those, and for fills, precisions and
     ``aligned_with``, which only a schema declares. ``forcefield`` is canonical JSON (``{"meta", "blocks"}``, what
-    ``Collection.forcefield`` returns).
+    ``Collection.forcefield`` returns). ``digest=True``: :meth:`finish`
+    returns the written file's content digest (what a set's manifest keeps
+    of a shard; the file is read once more, from the page cache).
+
+    A full disk raises ``OSError`` naming the path and the space left on
+    its file system; the path is left as it was, the partial file is
+    deleted, and the process writes elsewhere as before.
     """
 
     def __init__(
@@ -197,13 +209,14 @@ class Writer:
         overwrite: bool = False,
         meta: Optional[Mapping[str, Any]] = None,
         forcefield: Optional[Mapping[str, Any]] = None,
+        digest: bool = False,
     ) -> None:
         document = dict(meta or {})
         if units is not None:  # None: the collection has none (refused)
             document["units"] = dict(units)
         self._path = os.fspath(path)
         self._native = _native.NativeWriter(
-            self._path, document, schema=schema, forcefield=forcefield, overwrite=overwrite
+            self._path, document, schema=schema, forcefield=forcefield, overwrite=overwrite, digest=digest
         )
 
     @property
@@ -236,10 +249,11 @@ class Writer:
         index: Optional[Mapping[str, Any]] = None,
         validity: Optional[Mapping[str, Any]] = None,
         precision: Optional[Mapping[str, float]] = None,
-    ) -> None:
+    ) -> Optional[str]:
         """Writes the own index columns (one row per record), commits, and
-        installs the collection at its path."""
-        self._native.finish(
+        installs the collection at its path. Returns the file's content
+        digest when the writer was made with ``digest=True``, else None."""
+        return self._native.finish(
             dict(index) if index else None,
             dict(validity) if validity else None,
             dict(precision) if precision else None,

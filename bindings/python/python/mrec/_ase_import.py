@@ -65,6 +65,9 @@ class ImportReport:
     dropped_samples: List[str] = field(default_factory=list)
     #: Seconds the import took.
     secs: float = 0.0
+    #: The written collection's content digest (XXH3-128, what a set's
+    #: manifest keeps of a shard); None when nothing was written.
+    xxh3_128: Optional[str] = None
 
     def __str__(self) -> str:
         return self.text

@@ -55,13 +55,21 @@ class Collection:
     back (the page cache keeps them; a later read of such a page maps it
     again, a minor page fault). A shuffled loader touches pages all over the
     file: with a budget its resident memory stays bounded whatever the
-    collection's size. ``None``: never given back."""
+    collection's size. ``None``: never given back.
+
+    ``verify=True``: before anything is read, every shard's bytes are hashed
+    and compared with the content digest its manifest keeps (a file alone:
+    its own manifest beside it, ``FILE.mrec-set.json``; docs/shards.md);
+    :class:`mrec.DigestMismatch` names a shard whose bytes changed,
+    :class:`mrec.SetRefused` one without a digest to compare with. Done in
+    the process that opens; a pickled copy does not verify again."""
 
     def __init__(
         self,
         path: Union[PathLike, Sequence[PathLike]],
         checked: bool = False,
         map_budget_mib: Optional[float] = MAP_BUDGET_MIB,
+        verify: bool = False,
     ) -> None:
         if isinstance(path, (str, os.PathLike)):
             self._sources = [os.fspath(path)]
@@ -76,6 +84,8 @@ class Collection:
         self._pid: Optional[int] = None
         #: The set as described once opened (None for one file).
         self._parts: Optional[SetParts] = None
+        if verify:
+            _native.verify_digests(self._sources)
         self._reader()  # errors now, not in the first read
 
     # -- per process -------------------------------------------------------
@@ -313,6 +323,7 @@ def open(  # noqa: A001 (the package's entry point)
     path: Union[PathLike, Sequence[PathLike]],
     checked: bool = False,
     map_budget_mib: Optional[float] = MAP_BUDGET_MIB,
+    verify: bool = False,
 ) -> Collection:
     """Opens a committed collection: a file, or a sharded set read as one
     (a directory, a glob pattern, a manifest, or a list of files; shards
@@ -320,5 +331,7 @@ def open(  # noqa: A001 (the package's entry point)
     naming the shard). ``checked=True`` checks each file's LMDB pages
     first (for a file from elsewhere: a download, another implementation's
     writer); a damaged file is then refused (``lmdb.file.pages``) instead
-    of crashing the process."""
-    return Collection(path, checked=checked, map_budget_mib=map_budget_mib)
+    of crashing the process. ``verify=True`` first checks every shard's
+    bytes against the content digest its manifest keeps
+    (:class:`mrec.DigestMismatch` names one that changed)."""
+    return Collection(path, checked=checked, map_budget_mib=map_budget_mib, verify=verify)

@@ -56,7 +56,9 @@ class SetRefused(ValueError):
     ``changed`` (a shard is not what the manifest or the set's description
     says), ``manifest`` (the manifest is not one), ``incomplete`` (a write of
     the set did not finish), ``empty``, ``duplicate``, ``index`` (own index
-    columns that do not line up). ``shard`` names the file at fault (empty
+    columns that do not line up), ``digest`` (a shard's bytes changed:
+    :class:`DigestMismatch`), ``no-digest`` (nothing to verify a shard
+    against: its manifest predates digests, or no manifest lists it). ``shard`` names the file at fault (empty
     for the set as a whole); ``detail`` says what differs."""
 
     def __init__(self, message: str = "", problem: str = "", shard: str = "", detail: str = "") -> None:
@@ -68,6 +70,26 @@ class SetRefused(ValueError):
     def __reduce__(self) -> Tuple[Any, ...]:
         message = self.args[0] if self.args else ""
         return (type(self), (message, self.problem, self.shard, self.detail))
+
+
+class DigestMismatch(SetRefused):
+    """A shard's bytes are not those its manifest's content digest was
+    computed from: the file changed on disk or in a copy since the manifest
+    was written (``mrec.open(..., verify=True)``, ``mrec set verify``).
+    ``shard`` names it; ``expected`` is the digest the manifest keeps
+    (XXH3-128, 32 lowercase hex digits), ``actual`` the file's now.
+    ``problem`` is ``"digest"``."""
+
+    def __init__(
+        self, message: str = "", problem: str = "digest", shard: str = "", detail: str = "", expected: str = "", actual: str = ""
+    ) -> None:
+        super().__init__(message, problem, shard, detail)
+        self.expected = expected
+        self.actual = actual
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        message = self.args[0] if self.args else ""
+        return (type(self), (message, self.problem, self.shard, self.detail, self.expected, self.actual))
 
 
 class BadInput(ValueError):
@@ -124,6 +146,7 @@ __all__ = [
     "Uncommitted",
     "Busy",
     "SetRefused",
+    "DigestMismatch",
     "BadInput",
     "Missing",
     "NatomsComputed",

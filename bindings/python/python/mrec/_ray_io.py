@@ -199,13 +199,15 @@ def fail_set(out_dir: str, job: str) -> None:
         os.remove(os.path.join(out_dir, PENDING))
 
 
-def finish_set(out_dir: str, shards: Sequence[str]) -> str:
+def finish_set(out_dir: str, shards: Sequence[str], digests: Optional[Sequence[Optional[str]]] = None) -> str:
     """Writes the set's manifest, last (the library opens every shard,
-    checks that their declarations agree, and installs ``mrec-set.json``
-    by rename, then removes the pending marker)."""
+    checks that their declarations agree, keeps each shard's content digest
+    as its task computed it (a shard without one is hashed here), and
+    installs ``mrec-set.json`` by rename, then removes the pending
+    marker)."""
     if not shards:
         raise ValueError(f"{out_dir}: no shard was written (no rows): no set")
-    return os.fspath(_native.write_manifest([os.fspath(s) for s in shards], out_dir))
+    return os.fspath(_native.write_manifest([os.fspath(s) for s in shards], out_dir, None if digests is None else list(digests)))
 
 
 def new_job() -> str:
@@ -265,24 +267,26 @@ class SetDatasink(Datasink):
                 layout = layout_of_table(table.schema, self.schema)
                 for record in records_from_table(table, layout):
                     if writer is None:
-                        writer = Writer(path, self.units, self.schema, overwrite=True, meta=self.meta, forcefield=self.forcefield)
+                        writer = Writer(
+                            path, self.units, self.schema, overwrite=True, meta=self.meta, forcefield=self.forcefield, digest=True
+                        )
                     writer.append(record)
                     n += 1
                     if self._fail_after is not None and ctx.task_idx == 0 and n >= self._fail_after:
                         raise InjectedFailure(f"injected: write task 0 fails after {n} records")
             if writer is None:
                 return None
-            writer.finish()
+            digest = writer.finish()
         except BaseException:
             if writer is not None:
                 writer.close()  # the partial file goes
             raise
-        return {"task": int(ctx.task_idx), "file": path, "records": n}
+        return {"task": int(ctx.task_idx), "file": path, "records": n, "xxh3_128": digest}
 
     def on_write_complete(self, write_result: Any) -> None:
         done = sorted((r for r in write_result.write_returns if r), key=lambda r: r["task"])
         try:
-            self.manifest = finish_set(self.out_dir, [r["file"] for r in done])
+            self.manifest = finish_set(self.out_dir, [r["file"] for r in done], [r.get("xxh3_128") for r in done])
         except BaseException:
             fail_set(self.out_dir, self.job)
             raise

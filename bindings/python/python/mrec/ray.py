@@ -173,7 +173,7 @@ def import_ase(
         _ray_io.fail_set(out_dir, job)
         raise
     try:
-        _ray_io.finish_set(out_dir, outputs)
+        _ray_io.finish_set(out_dir, outputs, [r.get("xxh3_128") for r in reports])
     except BaseException:
         _ray_io.remove_files(outputs)
         _ray_io.fail_set(out_dir, job)

@@ -1,11 +1,14 @@
-//! The manifest of a set (`mrec-set.json` beside its shards): the shards in
-//! order with their counts and sizes, and the digest of the declaration
+//! The manifest of a set (`mrec-set.json` beside its shards, or
+//! `<file>.mrec-set.json` beside one file): the shards in order with their
+//! counts, sizes and content digests, and the digest of the declaration
 //! they share, so that a set of thousands of shards opens from one small
-//! file. Input from disk: read with a size bound and checked whole before
-//! it is used. Written to a temporary name, synced and renamed, last.
+//! file and a shard whose bytes changed is found. Input from disk: read
+//! with a size bound and checked whole before it is used. Written to a
+//! temporary name, synced and renamed, last.
 
 use super::source::{MANIFEST_NAME, PENDING_NAME};
 use crate::error::{Error, Result, SetProblem};
+use crate::lmdb::digest::{file_digest, is_digest, DIGEST_FIELD, DIGEST_HEX_LEN};
 use serde_json::{json, Map, Value};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -30,6 +33,9 @@ pub struct ManifestShard {
     pub n_frames: u64,
     /// The file's size in bytes.
     pub bytes: u64,
+    /// The file's content digest ([`crate::lmdb::file_digest`], field
+    /// `xxh3_128`); `None` in a manifest written before digests were.
+    pub digest: Option<String>,
 }
 
 /// A set's manifest (docs/shards.md).
@@ -66,8 +72,12 @@ impl Manifest {
             .shards
             .iter()
             .map(|s| {
-                json!({"file": s.file, "n_records": s.n_records,
-                       "n_frames": s.n_frames, "bytes": s.bytes})
+                let mut shard = json!({"file": s.file, "n_records": s.n_records,
+                                       "n_frames": s.n_frames, "bytes": s.bytes});
+                if let Some(digest) = &s.digest {
+                    shard[DIGEST_FIELD] = json!(digest);
+                }
+                shard
             })
             .collect();
         json!({
@@ -162,13 +172,40 @@ impl Manifest {
         })
     }
 
-    /// Writes the manifest into `dir` as [`MANIFEST_NAME`]: to a temporary
-    /// file, synced, renamed over the name, the directory synced; then
-    /// deletes the pending marker ([`PENDING_NAME`]) if there is one. So
-    /// the manifest appears whole, and only once its shards are.
+    /// Computes the digest of every shard that has none (its file in
+    /// `dir`, read whole).
+    pub fn fill_digests(&mut self, dir: &Path) -> Result<()> {
+        for shard in self.shards.iter_mut().filter(|s| s.digest.is_none()) {
+            shard.digest = Some(file_digest(&dir.join(&shard.file))?);
+        }
+        Ok(())
+    }
+
+    /// Writes the manifest into `dir` as [`MANIFEST_NAME`] (see
+    /// [`Manifest::install_at`]); then deletes the pending marker
+    /// ([`PENDING_NAME`]) if there is one. So the manifest appears whole,
+    /// and only once its shards are.
     pub fn install(&self, dir: &Path) -> Result<PathBuf> {
-        let path = dir.join(MANIFEST_NAME);
-        let temp = dir.join(format!(".{MANIFEST_NAME}.{}.tmp", std::process::id()));
+        let path = self.install_at(&dir.join(MANIFEST_NAME))?;
+        match std::fs::remove_file(dir.join(PENDING_NAME)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io_at(&dir.join(PENDING_NAME), e)),
+        }
+        Ok(path)
+    }
+
+    /// Writes the manifest at `path` (its shards' directory): to a
+    /// temporary file, synced, renamed over `path`, the directory synced.
+    pub fn install_at(&self, path: &Path) -> Result<PathBuf> {
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let name = path
+            .file_name()
+            .map_or_else(|| MANIFEST_NAME.into(), |n| n.to_string_lossy());
+        let temp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
         let text = serde_json::to_string_pretty(&self.to_json())
             .map_err(|e| Error::Io(std::io::Error::other(e)))?;
         let written = (|| -> std::io::Result<()> {
@@ -176,7 +213,7 @@ impl Manifest {
             file.write_all(text.as_bytes())?;
             file.write_all(b"\n")?;
             file.sync_all()?;
-            std::fs::rename(&temp, &path)?;
+            std::fs::rename(&temp, path)?;
             if let Ok(d) = std::fs::File::open(dir) {
                 let _ = d.sync_all();
             }
@@ -184,14 +221,9 @@ impl Manifest {
         })();
         if let Err(e) = written {
             let _ = std::fs::remove_file(&temp);
-            return Err(Error::io_at(&path, e));
+            return Err(crate::lmdb::located_io(path, Error::Io(e)));
         }
-        match std::fs::remove_file(dir.join(PENDING_NAME)) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io_at(&dir.join(PENDING_NAME), e)),
-        }
-        Ok(path)
+        Ok(path.to_path_buf())
     }
 }
 
@@ -211,11 +243,21 @@ fn shard_from_json(value: &Value) -> std::result::Result<ManifestShard, String> 
             .and_then(Value::as_u64)
             .ok_or_else(|| format!("`{key}` is not an unsigned integer"))
     };
+    let digest = match s.get(DIGEST_FIELD) {
+        None => None,
+        Some(Value::String(d)) if is_digest(d) => Some(d.clone()),
+        Some(_) => {
+            return Err(format!(
+                "`{DIGEST_FIELD}` is not {DIGEST_HEX_LEN} lowercase hex digits"
+            ))
+        }
+    };
     Ok(ManifestShard {
         file: file.to_string(),
         n_records: count("n_records")?,
         n_frames: count("n_frames")?,
         bytes: count("bytes")?,
+        digest,
     })
 }
 
@@ -242,12 +284,14 @@ mod tests {
                     n_records: 2,
                     n_frames: 5,
                     bytes: 4096,
+                    digest: Some("0123456789abcdef".repeat(2)),
                 },
                 ManifestShard {
                     file: "b.mrec.lmdb".into(),
                     n_records: 0,
                     n_frames: 0,
                     bytes: 4096,
+                    digest: None,
                 },
             ],
         }
@@ -257,6 +301,9 @@ mod tests {
     fn reads_back_what_it_writes() {
         let m = sample();
         assert_eq!(Manifest::from_json(&m.to_json()), Ok(m));
+        // A shard without a digest (a manifest written before them) has no
+        // field, and reads back without one.
+        assert!(sample().to_json()["shards"][1].get(DIGEST_FIELD).is_none());
     }
 
     #[test]
@@ -288,6 +335,22 @@ mod tests {
                 Box::new(|v| v["shards"][1]["n_frames"] = json!(-1)),
             ),
             ("add up", Box::new(|v| v["n_records"] = json!(3))),
+            (
+                "shards[0]: `xxh3_128` is not 32 lowercase hex digits",
+                Box::new(|v| v["shards"][0][DIGEST_FIELD] = json!("0123456789ABCDEF".repeat(2))),
+            ),
+            (
+                "shards[1]: `xxh3_128` is not 32 lowercase hex digits",
+                Box::new(|v| v["shards"][1][DIGEST_FIELD] = json!("ab".repeat(17))),
+            ),
+            (
+                "shards[0]: `xxh3_128`",
+                Box::new(|v| v["shards"][0][DIGEST_FIELD] = json!(12)),
+            ),
+            (
+                "shards[0]: `xxh3_128`",
+                Box::new(|v| v["shards"][0][DIGEST_FIELD] = Value::Null),
+            ),
             (
                 "overflow",
                 Box::new(|v| {

@@ -20,11 +20,15 @@
 mod declaration;
 mod manifest;
 mod source;
+mod verify;
 
 pub use manifest::{
     Manifest, ManifestShard, MANIFEST_FORMAT, MANIFEST_VERSION, MAX_MANIFEST_BYTES,
 };
-pub use source::{resolve, shard_files, Source, MANIFEST_NAME, PENDING_NAME, SHARD_SUFFIX};
+pub use source::{
+    is_manifest_name, resolve, shard_files, Source, MANIFEST_NAME, PENDING_NAME, SHARD_SUFFIX,
+};
+pub use verify::{sidecar_manifest, verify_digests, ShardCheck, SIDECAR_SUFFIX};
 
 use super::{Reader, RecordTxn, ResolvedFrame};
 use crate::arrays::RecordArrays;
@@ -608,7 +612,8 @@ impl Set {
     }
 
     /// The manifest of this set, its shards named in `dir` (each must be
-    /// there).
+    /// there), without their content digests ([`Manifest::fill_digests`]
+    /// computes them).
     pub fn manifest(&self, dir: &Path) -> Result<Manifest> {
         let dir_canonical = std::fs::canonicalize(dir).map_err(|e| Error::io_at(dir, e))?;
         let mut shards = Vec::with_capacity(self.shards.len());
@@ -633,6 +638,7 @@ impl Set {
                 n_records: info.n_records,
                 n_frames: info.n_frames,
                 bytes: info.bytes,
+                digest: None,
             });
         }
         Ok(Manifest {

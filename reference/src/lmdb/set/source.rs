@@ -13,6 +13,13 @@ pub const PENDING_NAME: &str = "mrec-set.pending";
 /// The suffix of a shard's file name in a directory listing.
 pub const SHARD_SUFFIX: &str = ".mrec.lmdb";
 
+/// Whether a file of this name is a manifest: [`MANIFEST_NAME`], or the
+/// manifest of one file beside it (`<file>.mrec-set.json`,
+/// [`super::sidecar_manifest`]).
+pub fn is_manifest_name(name: &str) -> bool {
+    name == MANIFEST_NAME || name.ends_with(super::SIDECAR_SUFFIX)
+}
+
 /// What one or more paths name.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Source {
@@ -75,7 +82,10 @@ fn resolve_one(spec: &Path) -> Result<Source> {
         return Ok(Source::Files(shard_files(spec)?));
     }
     let name = spec.file_name().map(|n| n.to_string_lossy().into_owned());
-    if name.as_deref() == Some(MANIFEST_NAME) {
+    if name
+        .as_deref()
+        .is_some_and(|n| is_manifest_name(n) && !is_pattern(n))
+    {
         return Ok(Source::Manifest(spec.to_path_buf()));
     }
     match name {

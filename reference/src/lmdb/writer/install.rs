@@ -23,6 +23,8 @@ pub fn partial_path(path: &Path) -> PathBuf {
 pub(super) struct Output {
     pub(super) path: PathBuf,
     pub(super) overwrite: bool,
+    /// Hash the finished file ([`WriterOptions::digest`]).
+    pub(super) digest: bool,
     pub(super) complete: bool,
 }
 
@@ -197,9 +199,9 @@ pub(super) fn claim(partial: &Path, target: &Path) -> Result<File> {
 
 /// `e`, naming `path` if it is an operating-system error (which, unlike a
 /// refusal, says nothing of where it happened), and the free space of its
-/// file system when little is left: LMDB reports a write cut short by a
-/// full disk as EIO, "Input/output error", not as ENOSPC.
-pub(super) fn located_io(path: &Path, e: Error) -> Error {
+/// file system when little is left (under 64 MiB): LMDB reports a write
+/// cut short by a full disk as EIO, "Input/output error", not as ENOSPC.
+pub fn located_io(path: &Path, e: Error) -> Error {
     let Error::Io(io) = e else {
         return e;
     };

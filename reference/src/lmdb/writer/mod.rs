@@ -42,6 +42,7 @@ mod install;
 mod spill;
 
 use commit::*;
+pub use install::located_io;
 pub use install::partial_path;
 use install::*;
 use spill::*;
@@ -83,6 +84,21 @@ pub struct WriterOptions {
     /// 32 KiB (LMDB's largest). Every LMDB reader takes a file's page size
     /// from its meta page. See [`DEFAULT_PAGE_SIZE`].
     pub page_size: u32,
+    /// Compute the finished file's content digest ([`Written::digest`],
+    /// what a set's manifest keeps of a shard): the file is read once
+    /// more, from the page cache, after the last sync (0.13-0.35x of one
+    /// full read of it, docs/shards.md). Off by default.
+    pub digest: bool,
+}
+
+/// What [`Writer::finish`] installed at the path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Written {
+    /// The file's size in bytes.
+    pub bytes: u64,
+    /// Its content digest ([`crate::lmdb::file_digest`]) when
+    /// [`WriterOptions::digest`] asked for it.
+    pub digest: Option<String>,
 }
 
 /// The page size new files get: 32 KiB. LMDB keeps a value of more than
@@ -102,6 +118,7 @@ impl Default for WriterOptions {
             overwrite: false,
             batch_bytes: 4 << 20,
             page_size: DEFAULT_PAGE_SIZE,
+            digest: false,
         }
     }
 }
@@ -171,6 +188,7 @@ impl Writer {
         let output = Output {
             path: path.to_path_buf(),
             overwrite: options.overwrite,
+            digest: options.digest,
             complete: false,
         };
         Writer::create_claimed(output, lock, header, options).map_err(|e| located_io(path, e))
@@ -436,9 +454,10 @@ impl Writer {
     /// Writes the force field, the index (the binding's four columns and
     /// the collection's own `index` columns) and the spilled `r` and `s`
     /// values, syncs, then writes `meta` in the last two transactions and
-    /// syncs.
+    /// syncs; with [`WriterOptions::digest`], hashes the finished file
+    /// before it is moved to the path.
     /// An operating-system error (a full disk) names the file.
-    pub fn finish(mut self, index: BTreeMap<String, Column>) -> Result<()> {
+    pub fn finish(mut self, index: BTreeMap<String, Column>) -> Result<Written> {
         // Located before `self` is dropped, which deletes an unfinished
         // partial file: the free space it reports is the space the write
         // ran out of, not the space its deletion gave back.
@@ -446,7 +465,7 @@ impl Writer {
             .map_err(|e| located_io(&self.output.path, e))
     }
 
-    fn finish_file(&mut self, mut index: BTreeMap<String, Column>) -> Result<()> {
+    fn finish_file(&mut self, mut index: BTreeMap<String, Column>) -> Result<Written> {
         self.check_running()?;
         let n = self.records();
         validate::prepare_index(&mut index, n, Rounding::Apply)?;
@@ -528,7 +547,18 @@ impl Writer {
         // The partial file holds the whole collection now: it is never
         // deleted, even if it cannot be moved to the path.
         self.output.complete = true;
-        install(&self.output)
+        // Hashed where it was built, under the writer's lock: the digest is
+        // of the bytes the path gets.
+        let partial = partial_path(&self.output.path);
+        let bytes = std::fs::metadata(&partial)
+            .map_err(|e| Error::io_at(&partial, e))?
+            .len();
+        let digest = match self.output.digest {
+            true => Some(crate::lmdb::file_digest(&partial)?),
+            false => None,
+        };
+        install(&self.output)?;
+        Ok(Written { bytes, digest })
     }
 
     /// The path `finish` puts the collection at.
@@ -538,7 +568,11 @@ impl Writer {
 }
 
 /// Writes a whole in-memory collection to a new file.
-pub fn write_collection(path: &Path, collection: Collection, options: WriterOptions) -> Result<()> {
+pub fn write_collection(
+    path: &Path,
+    collection: Collection,
+    options: WriterOptions,
+) -> Result<Written> {
     let Collection {
         header,
         index,
