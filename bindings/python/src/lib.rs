@@ -20,8 +20,8 @@ mod read;
 mod structures;
 mod write;
 
-use molrec::lmdb::{Set, SetOptions};
-use molrec::Error;
+use molrec::lmdb::{Manifest, Set, SetOptions};
+use molrec::{Error, SetProblem};
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyPermissionError};
 use pyo3::prelude::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -151,18 +151,53 @@ fn _panic_for_test(in_detached_thread: bool) -> PyResult<()> {
 /// order) into `dir`, last: each shard is opened (its counts, its
 /// declaration, which must be the first's), then `mrec-set.json` is
 /// installed (temporary file, rename) and the pending marker removed.
-/// Returns the manifest's path.
+/// `names`: the file names the manifest lists instead of the shards' own,
+/// one per shard (`mrec.ray` writes each shard under a name of its own
+/// and renames it once the manifest is in place). Returns the manifest's
+/// path.
 #[pyfunction]
-fn write_manifest(py: Python<'_>, shards: Vec<PathBuf>, dir: PathBuf) -> PyResult<PathBuf> {
+#[pyo3(signature = (shards, dir, names=None))]
+fn write_manifest(
+    py: Python<'_>,
+    shards: Vec<PathBuf>,
+    dir: PathBuf,
+    names: Option<Vec<String>>,
+) -> PyResult<PathBuf> {
     guard(|| {
         let at = dir.clone();
         let written = without_gil(py, move || {
             let set = Set::open_files(&shards, SetOptions::default())?;
-            set.manifest(&dir)?.install(&dir)
+            let mut manifest = set.manifest(&dir)?;
+            if let Some(names) = names {
+                manifest = renamed(manifest, names).map_err(|why| {
+                    Error::set(
+                        SetProblem::Manifest,
+                        "",
+                        format!("{}: {why}", dir.display()),
+                    )
+                })?;
+            }
+            manifest.install(&dir)
         })
         .map_err(|m| internal_error(&m))?;
         written.map_err(|e| to_py_err(e, &at))
     })
+}
+
+/// `manifest` listing its shards as `names`, checked as a manifest read
+/// from disk is (plain file names, none twice).
+fn renamed(mut manifest: Manifest, names: Vec<String>) -> Result<Manifest, String> {
+    if names.len() != manifest.shards.len() {
+        return Err(format!(
+            "{} names for {} shards",
+            names.len(),
+            manifest.shards.len()
+        ));
+    }
+    for (shard, name) in manifest.shards.iter_mut().zip(names) {
+        shard.file = name;
+    }
+    Manifest::from_json(&manifest.to_json())
 }
 
 #[pymodule]

@@ -205,12 +205,17 @@ def test_an_import_task_of_a_stopped_job_does_nothing(aselmdb_dir: Path, tmp_pat
     stop = tmp_path / "mrec-set.job.stop"
     stop.touch()
     out = tmp_path / "data0000.mrec.lmdb"
-    options = {"group_by": None, "order_by": None, "index_columns": [], "skip_bad": False, "overwrite": True, "threads": 1, "format": None}
+    options = {"group_by": None, "order_by": None, "index_columns": [], "skip_bad": False, "threads": 1, "format": None, "job": "job"}
     assert _ray_io.import_one(str(aselmdb_dir / "data0000.aselmdb"), str(out), {**options, "stop": str(stop)}) is None
-    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [stop.name]
     stop.unlink()
     report = _ray_io.import_one(str(aselmdb_dir / "data0000.aselmdb"), str(out), {**options, "stop": str(stop)})
     assert report is not None and report["records"] == 30
+    # Written under the attempt's own name, for the driver to install.
+    attempt = Path(report["file"])
+    assert attempt.parent == tmp_path and attempt.name.startswith(".job.") and attempt.name.endswith(".data0000.mrec.lmdb")
+    assert len(mrec.open(attempt)) == 30 and not out.exists()
+    assert "into data0000.mrec.lmdb:" in report["text"]
 
 
 def test_a_stop_watch_interrupts_the_main_thread_once_its_file_appears_and_never_once_closed(tmp_path: Path) -> None:
