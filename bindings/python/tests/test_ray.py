@@ -29,7 +29,7 @@ from ase.calculators.singlepoint import SinglePointCalculator  # noqa: E402
 import mrec  # noqa: E402
 import mrec.ray  # noqa: E402
 import workers  # noqa: E402
-from conftest import dump_with_cli  # noqa: E402
+from conftest import dump_with_cli, record_json, same  # noqa: E402
 from ray.data import DataContext  # noqa: E402
 
 MOLECULES = ["H2O", "CH4", "NH3", "C6H6", "CO2", "CH3OH"]
@@ -178,6 +178,30 @@ def test_an_import_task_that_fails_mid_shard_leaves_no_set_and_a_rerun_completes
     report = mrec.ray.import_ase(sources, out)
     assert report.records == 120
     assert len(mrec.open(out)) == 120
+
+
+def test_an_overwrite_leaves_the_previous_set_whole_until_its_manifest_replaces_it(
+    local_ray: None, aselmdb_dir: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "set"
+    mrec.ray.import_ase(aselmdb_dir, out)
+    manifest = (out / "mrec-set.json").read_bytes()
+    before = [record_json(r) for r in mrec.open(out)]
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    write_aselmdb(bad / "data0001.aselmdb", 5, seed=5)
+    write_aselmdb(bad / "data0002.aselmdb", 4, seed=7, bad_key=2)
+    with pytest.raises(mrec.BadInput):
+        mrec.ray.import_ase(bad, out, overwrite=True)
+    assert (out / "mrec-set.json").read_bytes() == manifest
+    assert leftovers(out) == ["data0000.mrec.lmdb", "data0001.mrec.lmdb", "data0002.mrec.lmdb", "data0003.mrec.lmdb", "mrec-set.json"]
+    same([record_json(r) for r in mrec.open(out)], before)
+    # A new set in its place: a shard of the old one that it does not
+    # list goes, one it lists by the same name is replaced.
+    (bad / "data0002.aselmdb").unlink()
+    mrec.ray.import_ase(bad, out, overwrite=True)
+    assert leftovers(out) == ["data0001.mrec.lmdb", "mrec-set.json"]
+    assert len(mrec.open(out)) == 5
 
 
 def test_failed_import_jobs_stop_their_running_tasks_and_end_cleanly_round_after_round(

@@ -18,6 +18,7 @@ import fcntl
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -318,6 +319,69 @@ def partial_files(shard: str) -> List[str]:
         return [os.path.join(d, f) for f in os.listdir(d) if f.endswith(name + ".partial")]
     except FileNotFoundError:
         return []
+
+
+# -- a full disk ---------------------------------------------------------------
+
+
+def write_large_aselmdb(path: Path, n: int, natoms: int, seed: int) -> None:
+    """An ASE-LMDB shard of ``n`` structures of ``natoms`` atoms."""
+    import ase.db
+    import numpy as np
+    from ase import Atoms
+    from ase.calculators.singlepoint import SinglePointCalculator
+
+    rng = np.random.default_rng(seed)
+    with ase.db.connect(path, type="aselmdb", append=False) as db:
+        for i in range(n):
+            a = Atoms(numbers=rng.integers(1, 9, natoms), positions=rng.normal(size=(natoms, 3)) * 5)
+            a.calc = SinglePointCalculator(a, energy=float(rng.normal()), forces=rng.normal(size=(natoms, 3)))
+            db.write(a, key_value_pairs={"sid": i})
+
+
+def test_a_full_disk_fails_import_ase_and_write_clearly_and_leaves_the_previous_set_whole(tmp_path: Path) -> None:
+    """On a 2 MiB tmpfs of a private mount namespace, a driver and its
+    local cluster (tests/ray_full_disk.py): a set imported from 2 sources
+    (0.5 MiB), then overwritten by the import of 2 large ones (3 MiB); a
+    set written from 24 records, then overwritten with 800 (2.5 MiB)."""
+    small, big = tmp_path / "small", tmp_path / "big"
+    small.mkdir()
+    big.mkdir()
+    for k in range(2):
+        write_aselmdb(small / f"s{k}.aselmdb", 12, seed=k + 1)
+        write_large_aselmdb(big / f"b{k}.aselmdb", 16, 800, seed=k)
+    small_file, big_file = tmp_path / "small.mrec.lmdb", tmp_path / "big.mrec.lmdb"
+    workers.make_collection(small_file, 24)
+    workers.make_collection(big_file, 800)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    script = Path(__file__).with_name("ray_full_disk.py")
+    run = f"'{sys.executable}' '{script}' '{disk}' '{small}' '{big}' '{small_file}' '{big_file}'"
+    setup = f"mount -t tmpfs -o size=2m tmpfs '{disk}' || {{ echo 'setup failed' >&2; exit 99; }}; exec {run}"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    tried = []
+    for flags in (["-m"], ["-r", "-m"]):
+        try:
+            done = subprocess.run(["unshare", *flags, "--", "sh", "-c", setup], capture_output=True, text=True, env=env, timeout=300)
+        except OSError as e:
+            tried.append(f"unshare: {e}")
+            continue
+        if done.returncode == 0:
+            break
+        if done.returncode == 99 or "unshare:" in done.stderr:
+            tried.append(f"unshare {' '.join(flags)}: {done.stderr.strip()[-300:]}")
+            continue
+        raise AssertionError(f"ray_full_disk.py failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    else:
+        pytest.skip(f"no private tmpfs could be mounted ({'; '.join(tried)})")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    for job in ("import", "write"):
+        r = result[job]
+        assert r["error"] is not None and r["oserror"], (job, r)
+        # The file it was writing, on the disk, and the little room left.
+        assert f"{disk}/" in r["error"] and "bytes free" in r["error"], (job, r["error"])
+        assert r["after"] == r["before"], f"{job}: the previous set is not as it was"
+    assert result["again"] == 24 and result["task"] == 42
 
 
 # -- import_ase ----------------------------------------------------------------
