@@ -16,6 +16,13 @@
   ``mrec import aselmdb``, each writing one shard; the reports merged; the
   manifest last.
 
+A task lost with its node (or its worker) runs again elsewhere, up to
+``max_retries`` times (:data:`MAX_RETRIES`); an error a task raises (a bad
+source, a refusal, a full disk) is not retried and fails the job. Each
+attempt writes under a hidden name of its own, and the driver installs
+the shards once the manifest is in place (docs/scale.md, "Lost nodes,
+full disks").
+
 On a cluster: ``ray start --head`` on one machine, ``ray start
 --address=HEAD:6379`` on the others, ``ray.init(address="auto")`` in the
 driver; the sources and the output directory on a file system every node
