@@ -76,6 +76,14 @@ def aselmdb_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
+def copy_sources(src: Path, dst: Path) -> Path:
+    """``src``'s ASE-LMDB shards copied into the new directory ``dst``."""
+    dst.mkdir()
+    for p in src.glob("*.aselmdb"):
+        (dst / p.name).write_bytes(p.read_bytes())
+    return dst
+
+
 def same_records(a: Dict[str, Any], b: Dict[str, Any]) -> None:
     assert len(a["records"]) == len(b["records"])
     for i, (x, y) in enumerate(zip(a["records"], b["records"])):
@@ -165,10 +173,7 @@ def test_a_write_task_that_fails_mid_shard_leaves_no_set_and_a_rerun_completes(l
 def test_an_import_task_that_fails_mid_shard_leaves_no_set_and_a_rerun_completes(
     local_ray: None, aselmdb_dir: Path, tmp_path: Path
 ) -> None:
-    sources = tmp_path / "sources"
-    sources.mkdir()
-    for p in aselmdb_dir.glob("*.aselmdb"):
-        (sources / p.name).write_bytes(p.read_bytes())
+    sources = copy_sources(aselmdb_dir, tmp_path / "sources")
     write_aselmdb(sources / "data0009.aselmdb", 20, seed=9, bad_key=12)
     out = tmp_path / "set"
     with pytest.raises(mrec.BadInput, match='data0009.aselmdb: key "12"'):
@@ -211,11 +216,8 @@ def test_failed_import_jobs_stop_their_running_tasks_and_end_cleanly_round_after
     # the job must stop them and wait for them before it cleans up. (Ray's
     # own ray.cancel of a task whose reply was in flight ended the driver
     # here, about once in a hundred such rounds.)
-    sources = tmp_path / "sources"
-    sources.mkdir()
+    sources = copy_sources(aselmdb_dir, tmp_path / "sources")
     write_aselmdb(sources / "a-bad.aselmdb", 4, seed=7, bad_key=2)
-    for p in aselmdb_dir.glob("*.aselmdb"):
-        (sources / p.name).write_bytes(p.read_bytes())
     out = tmp_path / "set"
     for round_ in range(25):
         with pytest.raises(mrec.BadInput, match='a-bad.aselmdb: key "2"'):

@@ -43,7 +43,7 @@ import mrec.ray  # noqa: E402
 import workers  # noqa: E402
 from conftest import record_json, same  # noqa: E402
 from mrec import _native, _ray_io  # noqa: E402
-from test_ray import write_aselmdb  # noqa: E402
+from test_ray import copy_sources, write_aselmdb  # noqa: E402
 
 # The tasks below run in Ray's workers, which cannot import this module:
 # its functions travel by value.
@@ -438,10 +438,7 @@ def test_an_import_that_loses_a_node_completes_and_equals_the_serial_import(
 def test_a_source_that_fails_is_not_retried_and_the_job_ends_cleanly(
     faults: Faults, sources: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    bad = tmp_path / "bad"
-    bad.mkdir()
-    for p in sources.glob("*.aselmdb"):
-        (bad / p.name).write_bytes(p.read_bytes())
+    bad = copy_sources(sources, tmp_path / "bad")
     write_aselmdb(bad / "data0009.aselmdb", 6, seed=9, bad_key=3)
     pause = faults.pause(tmp_path, "none")
     monkeypatch.setattr(_ray_io, "import_one", pausing_import(pause))

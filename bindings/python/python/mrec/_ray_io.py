@@ -152,12 +152,16 @@ class SetDatasource(Datasource):
 # directory is untouched and still opens.
 
 
+def _attempt_files(out_dir: str, job: str) -> List[str]:
+    """The hidden files of a job's attempts in ``out_dir``: shards,
+    partial files, lock files, an ASE import's scratch shards."""
+    return glob.glob(os.path.join(glob.escape(out_dir), f".*{job}*"))
+
+
 def _job_files(out_dir: str, job: str) -> List[str]:
-    """The files a job wrote in ``out_dir``: its attempts' hidden files
-    (``.<job>.*``: shards, partial files, lock files) and the files named
+    """The files a job wrote in ``out_dir``: its attempts' and those named
     with its token (its stop file, a write's installed shards)."""
-    d = glob.escape(out_dir)
-    return sorted(set(glob.glob(os.path.join(d, f".{job}.*")) + glob.glob(os.path.join(d, f"*{job}*"))))
+    return sorted(set(_attempt_files(out_dir, job) + glob.glob(os.path.join(glob.escape(out_dir), f"*{job}*"))))
 
 
 def attempt_path(shard: str, job: str) -> str:
@@ -257,7 +261,7 @@ def finish_set(out_dir: str, job: str, shards: Sequence[Tuple[str, str]]) -> str
                 pass
     kept = {os.path.abspath(shard) for _, shard in shards}
     remove_files([p for p in previous if os.path.abspath(p) not in kept])
-    remove_files(glob.glob(os.path.join(glob.escape(out_dir), f".{job}.*")))
+    remove_files(_attempt_files(out_dir, job))
     return manifest
 
 
