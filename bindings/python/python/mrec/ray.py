@@ -190,8 +190,7 @@ def import_ase(
     twice = {o for o in outputs if outputs.count(o) > 1}
     if twice:
         raise ValueError(f"sources that would write the same shard: {sorted(twice)}")
-    if max_retries < 0:
-        raise ValueError(f"max_retries must be 0 or more, not {max_retries}")
+    retries = _retries({}, max_retries)
     job = _ray_io.new_job()
     _ray_io.start_set(out_dir, job, overwrite)
     options: Dict[str, Any] = {
@@ -206,7 +205,7 @@ def import_ase(
     }
     # Ray retries a task whose worker or node died (a system failure), not
     # one that raised (the data's failure).
-    task = ray.remote(num_cpus=num_cpus, max_retries=max_retries, retry_exceptions=False)(_ray_io.import_one)
+    task = ray.remote(num_cpus=num_cpus, retry_exceptions=False, **retries)(_ray_io.import_one)
     refs = [task.remote(os.path.abspath(f), o, options) for f, o in zip(files, outputs)]
     try:
         reports = ray.get(refs)
