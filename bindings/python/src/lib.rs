@@ -20,7 +20,7 @@ mod read;
 mod structures;
 mod write;
 
-use molrec::lmdb::{is_digest, Set, SetOptions, DIGEST_HEX_LEN};
+use molrec::lmdb::{is_digest, Manifest, Set, SetOptions, DIGEST_HEX_LEN};
 use molrec::{Error, SetProblem};
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyPermissionError, PyValueError};
 use pyo3::prelude::*;
@@ -157,13 +157,17 @@ fn _panic_for_test(in_detached_thread: bool) -> PyResult<()> {
 /// declaration, which must be the first's), each gets its content digest
 /// (`digests[i]`, what the task that wrote it computed; the file is hashed
 /// where that is None), then `mrec-set.json` is installed (temporary file,
-/// rename) and the pending marker removed. Returns the manifest's path.
+/// rename) and the pending marker removed. `names`: the file names the
+/// manifest lists instead of the shards' own, one per shard (`mrec.ray`
+/// writes each shard under a name of its own and renames it once the
+/// manifest is in place). Returns the manifest's path.
 #[pyfunction]
-#[pyo3(signature = (shards, dir, digests=None))]
+#[pyo3(signature = (shards, dir, names=None, digests=None))]
 fn write_manifest(
     py: Python<'_>,
     shards: Vec<PathBuf>,
     dir: PathBuf,
+    names: Option<Vec<String>>,
     digests: Option<Vec<Option<String>>>,
 ) -> PyResult<PathBuf> {
     guard(|| {
@@ -187,7 +191,17 @@ fn write_manifest(
             for (shard, digest) in manifest.shards.iter_mut().zip(digests) {
                 shard.digest = digest;
             }
+            // Hashed under the names the files have now, before renaming.
             manifest.fill_digests(&dir)?;
+            if let Some(names) = names {
+                manifest = renamed(manifest, names).map_err(|why| {
+                    Error::set(
+                        SetProblem::Manifest,
+                        "",
+                        format!("{}: {why}", dir.display()),
+                    )
+                })?;
+            }
             manifest.install(&dir)
         })
         .map_err(|m| internal_error(&m))?;
@@ -248,6 +262,22 @@ fn verify_digests(py: Python<'_>, paths: Vec<PathBuf>) -> PyResult<Vec<(PathBuf,
         }
         Ok(verified)
     })
+}
+
+/// `manifest` listing its shards as `names`, checked as a manifest read
+/// from disk is (plain file names, none twice).
+fn renamed(mut manifest: Manifest, names: Vec<String>) -> Result<Manifest, String> {
+    if names.len() != manifest.shards.len() {
+        return Err(format!(
+            "{} names for {} shards",
+            names.len(),
+            manifest.shards.len()
+        ));
+    }
+    for (shard, name) in manifest.shards.iter_mut().zip(names) {
+        shard.file = name;
+    }
+    Manifest::from_json(&manifest.to_json())
 }
 
 #[pymodule]

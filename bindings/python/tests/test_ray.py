@@ -29,7 +29,7 @@ from ase.calculators.singlepoint import SinglePointCalculator  # noqa: E402
 import mrec  # noqa: E402
 import mrec.ray  # noqa: E402
 import workers  # noqa: E402
-from conftest import dump_with_cli  # noqa: E402
+from conftest import dump_with_cli, record_json, same  # noqa: E402
 from ray.data import DataContext  # noqa: E402
 
 MOLECULES = ["H2O", "CH4", "NH3", "C6H6", "CO2", "CH3OH"]
@@ -74,6 +74,14 @@ def aselmdb_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for k, n in enumerate([30, 17, 45, 8]):
         write_aselmdb(d / f"data{k:04d}.aselmdb", n, seed=k + 1)
     return d
+
+
+def copy_sources(src: Path, dst: Path) -> Path:
+    """``src``'s ASE-LMDB shards copied into the new directory ``dst``."""
+    dst.mkdir()
+    for p in src.glob("*.aselmdb"):
+        (dst / p.name).write_bytes(p.read_bytes())
+    return dst
 
 
 def same_records(a: Dict[str, Any], b: Dict[str, Any]) -> None:
@@ -165,10 +173,7 @@ def test_a_write_task_that_fails_mid_shard_leaves_no_set_and_a_rerun_completes(l
 def test_an_import_task_that_fails_mid_shard_leaves_no_set_and_a_rerun_completes(
     local_ray: None, aselmdb_dir: Path, tmp_path: Path
 ) -> None:
-    sources = tmp_path / "sources"
-    sources.mkdir()
-    for p in aselmdb_dir.glob("*.aselmdb"):
-        (sources / p.name).write_bytes(p.read_bytes())
+    sources = copy_sources(aselmdb_dir, tmp_path / "sources")
     write_aselmdb(sources / "data0009.aselmdb", 20, seed=9, bad_key=12)
     out = tmp_path / "set"
     with pytest.raises(mrec.BadInput, match='data0009.aselmdb: key "12"'):
@@ -180,6 +185,30 @@ def test_an_import_task_that_fails_mid_shard_leaves_no_set_and_a_rerun_completes
     assert len(mrec.open(out)) == 120
 
 
+def test_an_overwrite_leaves_the_previous_set_whole_until_its_manifest_replaces_it(
+    local_ray: None, aselmdb_dir: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "set"
+    mrec.ray.import_ase(aselmdb_dir, out)
+    manifest = (out / "mrec-set.json").read_bytes()
+    before = [record_json(r) for r in mrec.open(out)]
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    write_aselmdb(bad / "data0001.aselmdb", 5, seed=5)
+    write_aselmdb(bad / "data0002.aselmdb", 4, seed=7, bad_key=2)
+    with pytest.raises(mrec.BadInput):
+        mrec.ray.import_ase(bad, out, overwrite=True)
+    assert (out / "mrec-set.json").read_bytes() == manifest
+    assert leftovers(out) == ["data0000.mrec.lmdb", "data0001.mrec.lmdb", "data0002.mrec.lmdb", "data0003.mrec.lmdb", "mrec-set.json"]
+    same([record_json(r) for r in mrec.open(out)], before)
+    # A new set in its place: a shard of the old one that it does not
+    # list goes, one it lists by the same name is replaced.
+    (bad / "data0002.aselmdb").unlink()
+    mrec.ray.import_ase(bad, out, overwrite=True)
+    assert leftovers(out) == ["data0001.mrec.lmdb", "mrec-set.json"]
+    assert len(mrec.open(out)) == 5
+
+
 def test_failed_import_jobs_stop_their_running_tasks_and_end_cleanly_round_after_round(
     local_ray: None, aselmdb_dir: Path, tmp_path: Path
 ) -> None:
@@ -187,11 +216,8 @@ def test_failed_import_jobs_stop_their_running_tasks_and_end_cleanly_round_after
     # the job must stop them and wait for them before it cleans up. (Ray's
     # own ray.cancel of a task whose reply was in flight ended the driver
     # here, about once in a hundred such rounds.)
-    sources = tmp_path / "sources"
-    sources.mkdir()
+    sources = copy_sources(aselmdb_dir, tmp_path / "sources")
     write_aselmdb(sources / "a-bad.aselmdb", 4, seed=7, bad_key=2)
-    for p in aselmdb_dir.glob("*.aselmdb"):
-        (sources / p.name).write_bytes(p.read_bytes())
     out = tmp_path / "set"
     for round_ in range(25):
         with pytest.raises(mrec.BadInput, match='a-bad.aselmdb: key "2"'):
@@ -205,12 +231,17 @@ def test_an_import_task_of_a_stopped_job_does_nothing(aselmdb_dir: Path, tmp_pat
     stop = tmp_path / "mrec-set.job.stop"
     stop.touch()
     out = tmp_path / "data0000.mrec.lmdb"
-    options = {"group_by": None, "order_by": None, "index_columns": [], "skip_bad": False, "overwrite": True, "threads": 1, "format": None}
+    options = {"group_by": None, "order_by": None, "index_columns": [], "skip_bad": False, "threads": 1, "format": None, "job": "job"}
     assert _ray_io.import_one(str(aselmdb_dir / "data0000.aselmdb"), str(out), {**options, "stop": str(stop)}) is None
-    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [stop.name]
     stop.unlink()
     report = _ray_io.import_one(str(aselmdb_dir / "data0000.aselmdb"), str(out), {**options, "stop": str(stop)})
     assert report is not None and report["records"] == 30
+    # Written under the attempt's own name, for the driver to install.
+    attempt = Path(report["file"])
+    assert attempt.parent == tmp_path and attempt.name.startswith(".job.") and attempt.name.endswith(".data0000.mrec.lmdb")
+    assert len(mrec.open(attempt)) == 30 and not out.exists()
+    assert "into data0000.mrec.lmdb:" in report["text"]
 
 
 def test_a_stop_watch_interrupts_the_main_thread_once_its_file_appears_and_never_once_closed(tmp_path: Path) -> None:

@@ -137,12 +137,39 @@ class SetDatasource(Datasource):
 
 
 # -- the output directory ------------------------------------------------------
+#
+# A job's tasks never write a shard's name: each attempt of a task (Ray runs
+# a task again when its node is lost) writes under a hidden name of its own,
+# ``.<job>.<attempt>.<shard>`` (the library's writer adds ``.partial`` until
+# it commits), and hands that name to the driver. An attempt whose node was
+# lost may still be running (a node Ray declared dead that keeps going until
+# it learns so) and holds its partial file's lock: a retry under the same
+# name would meet that lock, or have its file renamed under it. Only the
+# driver, which alone learns which attempt of each task returned, installs
+# shards: the manifest first (listing the shards' names), then one rename
+# per shard, then what dead attempts left and the previous set's other
+# shards go. Until the manifest is installed, a previous set in the
+# directory is untouched and still opens.
+
+
+def _attempt_files(out_dir: str, job: str) -> List[str]:
+    """The hidden files of a job's attempts in ``out_dir``: shards,
+    partial files, lock files, an ASE import's scratch shards."""
+    return glob.glob(os.path.join(glob.escape(out_dir), f".*{job}*"))
 
 
 def _job_files(out_dir: str, job: str) -> List[str]:
-    """The files a job wrote in ``out_dir`` (shards, partial files, lock
-    files): their names start with the job's token."""
-    return sorted(glob.glob(os.path.join(glob.escape(out_dir), f"*{job}*")))
+    """The files a job wrote in ``out_dir``: its attempts' and those named
+    with its token (its stop file, a write's installed shards)."""
+    return sorted(set(_attempt_files(out_dir, job) + glob.glob(os.path.join(glob.escape(out_dir), f"*{job}*"))))
+
+
+def attempt_path(shard: str, job: str) -> str:
+    """Where one attempt of the task that writes ``shard`` writes it: a
+    hidden name of its own in the same directory (the job's token, a new
+    token, the shard's name)."""
+    d, name = os.path.split(shard)
+    return os.path.join(d, f".{job}.{uuid.uuid4().hex[:12]}.{name}")
 
 
 def remove_files(paths: Sequence[str]) -> None:
@@ -156,21 +183,26 @@ def remove_files(paths: Sequence[str]) -> None:
                 pass
 
 
+def _manifest_shards(out_dir: str) -> List[str]:
+    """The shard files the manifest in ``out_dir`` lists (none without one)."""
+    try:
+        with open(os.path.join(out_dir, MANIFEST)) as f:
+            shards = json.load(f).get("shards", [])
+    except FileNotFoundError:
+        return []
+    return [os.path.join(out_dir, s["file"]) for s in shards if isinstance(s, dict) and "/" not in s.get("file", "/")]
+
+
 def start_set(out_dir: str, job: str, overwrite: bool) -> None:
     """Prepares ``out_dir`` for a job writing a set: refuses a finished set
-    there (unless ``overwrite``: then its manifest and shards go), removes
-    what a failed job left (named in its pending marker), and leaves this
-    job's marker, so that the directory does not open as a set until the
-    manifest is written."""
+    there unless ``overwrite`` (which leaves it, whole and readable, until
+    the new set's manifest replaces it), removes what a failed job left
+    (named in its pending marker), and leaves this job's marker, so that
+    a directory without a set does not open as one until the manifest is
+    written."""
     os.makedirs(out_dir, exist_ok=True)
-    manifest = os.path.join(out_dir, MANIFEST)
-    if os.path.exists(manifest):
-        if not overwrite:
-            raise FileExistsError(f"{out_dir}: holds a set already ({MANIFEST}); pass overwrite=True to replace it")
-        with open(manifest) as f:
-            old = json.load(f)
-        os.remove(manifest)
-        remove_files([os.path.join(out_dir, s["file"]) for s in old.get("shards", []) if "/" not in s.get("file", "/")])
+    if os.path.exists(os.path.join(out_dir, MANIFEST)) and not overwrite:
+        raise FileExistsError(f"{out_dir}: holds a set already ({MANIFEST}); pass overwrite=True to replace it")
     pending = os.path.join(out_dir, PENDING)
     if os.path.exists(pending):
         try:
@@ -181,14 +213,18 @@ def start_set(out_dir: str, job: str, overwrite: bool) -> None:
         if isinstance(stale, str) and stale:
             remove_files(_job_files(out_dir, stale))
     temp = pending + f".{os.getpid()}.tmp"
-    with open(temp, "w") as f:
-        json.dump({"job": job, "started": time.time()}, f)
-    os.replace(temp, pending)
+    try:
+        with open(temp, "w") as f:
+            json.dump({"job": job, "started": time.time()}, f)
+        os.replace(temp, pending)
+    except BaseException:
+        remove_files([temp])
+        raise
 
 
 def fail_set(out_dir: str, job: str) -> None:
-    """Removes what ``job`` wrote and its pending marker: no manifest, no
-    shard of it left."""
+    """Removes what ``job`` wrote and its pending marker: no shard of it
+    left, a previous set as it was."""
     remove_files([p for p in _job_files(out_dir, job) if not p.endswith(PENDING)])
     try:
         with open(os.path.join(out_dir, PENDING)) as f:
@@ -199,15 +235,45 @@ def fail_set(out_dir: str, job: str) -> None:
         os.remove(os.path.join(out_dir, PENDING))
 
 
-def finish_set(out_dir: str, shards: Sequence[str], digests: Optional[Sequence[Optional[str]]] = None) -> str:
-    """Writes the set's manifest, last (the library opens every shard,
-    checks that their declarations agree, keeps each shard's content digest
-    as its task computed it (a shard without one is hashed here), and
-    installs ``mrec-set.json`` by rename, then removes the pending
-    marker)."""
+def finish_set(
+    out_dir: str,
+    job: str,
+    shards: Sequence[Tuple[str, str]],
+    digests: Optional[Sequence[Optional[str]]] = None,
+) -> str:
+    """Installs the set whose shards ``(attempt file, shard path)`` the
+    job's tasks wrote: the manifest first (the library opens every attempt
+    file, checks that their declarations agree, keeps each shard's content
+    digest as its task computed it (a shard without one is hashed here),
+    installs ``mrec-set.json`` listing the shards' names by rename and
+    removes the pending marker), then each attempt file renamed to its
+    shard's path; then the files of dead attempts and the shards of a
+    previous set that the new one does not list are removed. An error
+    before the manifest is installed (a full disk) leaves a previous set
+    whole."""
     if not shards:
         raise ValueError(f"{out_dir}: no shard was written (no rows): no set")
-    return os.fspath(_native.write_manifest([os.fspath(s) for s in shards], out_dir, None if digests is None else list(digests)))
+    previous = _manifest_shards(out_dir)
+    names = [os.path.basename(shard) for _, shard in shards]
+    manifest = os.fspath(
+        _native.write_manifest(
+            [os.fspath(a) for a, _ in shards], out_dir, names, None if digests is None else list(digests)
+        )
+    )
+    for attempt, shard in shards:
+        os.replace(attempt, shard)
+        # Lock files go with a name, not with a file's content: the
+        # attempt's (made by the manifest's reader), and one that readers
+        # of a replaced shard left (new readers start their own).
+        for lock in (attempt + "-lock", shard + "-lock"):
+            try:
+                os.remove(lock)
+            except FileNotFoundError:
+                pass
+    kept = {os.path.abspath(shard) for _, shard in shards}
+    remove_files([p for p in previous if os.path.abspath(p) not in kept])
+    remove_files(_attempt_files(out_dir, job))
+    return manifest
 
 
 def new_job() -> str:
@@ -223,9 +289,10 @@ class InjectedFailure(RuntimeError):
 
 
 class SetDatasink(Datasink):
-    """Record rows into a sharded set: each write task streams its rows
-    into its own shard (the library's writer: ``.partial`` until
-    committed), and ``on_write_complete`` writes the manifest last."""
+    """Record rows into a sharded set: each write task (each attempt of
+    one) streams its rows into a file of its own (the library's writer:
+    ``.partial`` until committed), and ``on_write_complete`` installs the
+    manifest, then the shards (:func:`finish_set`)."""
 
     def __init__(
         self,
@@ -258,7 +325,8 @@ class SetDatasink(Datasink):
     def write(self, blocks: Any, ctx: Any) -> Optional[Dict[str, Any]]:
         from . import Writer
 
-        path = os.path.join(self.out_dir, f"{self.prefix}-{self.job}-{ctx.task_idx:05d}.mrec.lmdb")
+        shard = os.path.join(self.out_dir, f"{self.prefix}-{self.job}-{ctx.task_idx:05d}.mrec.lmdb")
+        path = attempt_path(shard, self.job)
         writer = None
         n = 0
         try:
@@ -281,12 +349,14 @@ class SetDatasink(Datasink):
             if writer is not None:
                 writer.close()  # the partial file goes
             raise
-        return {"task": int(ctx.task_idx), "file": path, "records": n, "xxh3_128": digest}
+        return {"task": int(ctx.task_idx), "file": path, "shard": shard, "records": n, "xxh3_128": digest}
 
     def on_write_complete(self, write_result: Any) -> None:
         done = sorted((r for r in write_result.write_returns if r), key=lambda r: r["task"])
         try:
-            self.manifest = finish_set(self.out_dir, [r["file"] for r in done], [r.get("xxh3_128") for r in done])
+            self.manifest = finish_set(
+                self.out_dir, self.job, [(r["file"], r["shard"]) for r in done], [r.get("xxh3_128") for r in done]
+            )
         except BaseException:
             fail_set(self.out_dir, self.job)
             raise
@@ -315,8 +385,11 @@ def stop_tasks(stop: str, refs: Sequence[Any]) -> None:
     importer's next check. ``ray.cancel`` is not used: cancelling a task
     whose reply is in flight fails a check in Ray's task manager that ends
     the driver (Ray 2.60, with and without ``force``)."""
-    with open(stop, "w"):
-        pass
+    try:
+        with open(stop, "w"):
+            pass
+    except OSError:
+        pass  # (a full disk) the tasks then run to their end
     ray.wait(list(refs), num_returns=len(refs), fetch_local=False)
 
 
@@ -348,27 +421,34 @@ class _StopWatch:
         self._thread.join()
 
 
-def import_one(source: str, out: str, options: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
-    """One Ray task: one source into one shard (``out``), by the importer
-    of ``mrec import aselmdb``; returns its report as a dict, or None when
-    the job was stopped (``options["stop"]`` exists: another task
+def import_one(source: str, shard: str, options: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
+    """One Ray task: one source into the shard ``shard``, by the importer
+    of ``mrec import aselmdb``, written under this attempt's own name
+    (:func:`attempt_path`, ``options["job"]``) for the driver to install;
+    returns its report as a dict, with that name as ``file``, or None
+    when the job was stopped (``options["stop"]`` exists: another task
     failed)."""
     if os.path.exists(options["stop"]):
         return None
     watch = _StopWatch(options["stop"])
+    out = attempt_path(shard, options["job"])
     try:
         try:
-            return _import_one(source, out, options)
+            report = _import_one(source, out, options)
         finally:
             watch.close()
     except KeyboardInterrupt:
         if watch.fired:
             return None
         raise
+    # The report names the shard, not this attempt's file.
+    report["text"] = report["text"].replace(os.path.basename(out), os.path.basename(shard))
+    report["file"] = out
+    return report
 
 
 def _import_one(source: str, out: str, options: Mapping[str, Any]) -> Dict[str, Any]:
-    common = {k: options[k] for k in ("group_by", "order_by", "index_columns", "skip_bad", "overwrite")}
+    common = {k: options[k] for k in ("group_by", "order_by", "index_columns", "skip_bad")}
     if source.endswith(ASELMDB):
         return dict(_native.import_aselmdb([source], out, threads=options["threads"], **common))
     from ._ase_import import import_files

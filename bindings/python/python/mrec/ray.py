@@ -16,6 +16,13 @@
   ``mrec import aselmdb``, each writing one shard; the reports merged; the
   manifest last.
 
+A task lost with its node (or its worker) runs again elsewhere, up to
+``max_retries`` times (:data:`MAX_RETRIES`); an error a task raises (a bad
+source, a refusal, a full disk) is not retried and fails the job. Each
+attempt writes under a hidden name of its own, and the driver installs
+the shards once the manifest is in place (docs/scale.md, "Lost nodes,
+full disks").
+
 On a cluster: ``ray start --head`` on one machine, ``ray start
 --address=HEAD:6379`` on the others, ``ray.init(address="auto")`` in the
 driver; the sources and the output directory on a file system every node
@@ -37,13 +44,19 @@ except ImportError as e:  # pragma: no cover - depends on the machine
 
 import argparse
 import sys
+import warnings
 
 from . import _ray_io
 from ._ase_import import ImportReport
 from ._collection import Collection, PathLike
 from ._paths import expand
 
-__all__ = ["read", "write", "import_ase"]
+__all__ = ["read", "write", "import_ase", "MAX_RETRIES"]
+
+#: How often a task lost with its node or worker runs again, by default
+#: (``max_retries=`` of :func:`read`, :func:`write`, :func:`import_ase`).
+#: An error the task raises (its data's) is never retried.
+MAX_RETRIES = 3
 
 
 def read(
@@ -54,6 +67,7 @@ def read(
     extra: Sequence[str] = (),
     checked: bool = False,
     block_rows: Optional[int] = None,
+    max_retries: int = MAX_RETRIES,
     **read_args: Any,
 ) -> "ray.data.Dataset":
     """A collection or sharded set (what :func:`mrec.open` takes) as a Ray
@@ -64,10 +78,25 @@ def read(
     the outputs ``keys`` and ``extra`` of :class:`mrec.Structures` (chosen
     once for the set), plus ``index``, ``record`` and ``frame``.
     ``block_rows``: rows per block (1,024 records, 4,096 frames);
-    ``read_args`` go to ``ray.data.read_datasource`` (e.g.
-    ``override_num_blocks``, ``concurrency``)."""
+    ``max_retries``: how often a read task lost with its node (or worker)
+    runs again (:data:`MAX_RETRIES`); ``read_args`` go to
+    ``ray.data.read_datasource`` (e.g. ``override_num_blocks``,
+    ``concurrency``)."""
     source_ = _ray_io.SetDatasource(source, unit=unit, keys=keys, extra=extra, checked=checked, block_rows=block_rows)
-    return ray.data.read_datasource(source_, **read_args)
+    remote_args = _retries(read_args, max_retries)
+    with warnings.catch_warnings():
+        # Ray 2.60 deprecates `ray_remote_args` of reads in favour of named
+        # parameters, but has none for `max_retries`.
+        warnings.filterwarnings("ignore", message=".*ray_remote_args.* is deprecated")
+        return ray.data.read_datasource(source_, ray_remote_args=remote_args, **read_args)
+
+
+def _retries(args: Dict[str, Any], max_retries: int) -> Dict[str, Any]:
+    """``args``' ``ray_remote_args`` (taken out of it) with ``max_retries``
+    (Ray Data's own default retries a lost task without end)."""
+    if max_retries < 0:
+        raise ValueError(f"max_retries must be 0 or more, not {max_retries}")
+    return {"max_retries": max_retries, **(args.pop("ray_remote_args", None) or {})}
 
 
 def write(
@@ -81,6 +110,7 @@ def write(
     forcefield: Optional[Mapping[str, Any]] = None,
     overwrite: bool = False,
     prefix: str = "part",
+    max_retries: int = MAX_RETRIES,
     **write_args: Any,
 ) -> str:
     """Writes record rows (what :func:`read` with ``unit="record"`` gives)
@@ -91,7 +121,12 @@ def write(
     ``meta`` is every shard's collection document besides ``units``.
     Shards are in the order of the write tasks (set Ray's
     ``DataContext.execution_options.preserve_order`` to keep the dataset's
-    order). ``write_args`` go to ``Dataset.write_datasink``."""
+    order). ``max_retries``: how often a task lost with its node (or
+    worker) runs again (:data:`MAX_RETRIES`; an error of the data, such as
+    a refusal or a full disk, is not retried: the job fails).
+    ``write_args`` go to ``Dataset.write_datasink``. A previous set in
+    ``out_dir`` (with ``overwrite=True``) stays whole and readable until
+    the new manifest replaces it; a job that fails leaves it so."""
     if like is not None:
         c = like if isinstance(like, Collection) else Collection(like)
         units = units if units is not None else c.units
@@ -103,7 +138,8 @@ def write(
     sink = _ray_io.SetDatasink(
         os.fspath(out_dir), units, schema, meta=meta, forcefield=forcefield, overwrite=overwrite, prefix=prefix, **private
     )
-    dataset.write_datasink(sink, **write_args)
+    remote_args = _retries(write_args, max_retries)
+    dataset.write_datasink(sink, ray_remote_args=remote_args, **write_args)
     assert sink.manifest is not None, "on_write_complete wrote the manifest"
     return sink.manifest
 
@@ -132,6 +168,7 @@ def import_ase(
     num_cpus: float = 1,
     threads: int = 1,
     format: Optional[str] = None,
+    max_retries: int = MAX_RETRIES,
 ) -> ImportReport:
     """Converts ASE-LMDB shards (``*.aselmdb``: a directory of them, a glob
     pattern, a list) and any file ASE reads into a sharded set in
@@ -140,17 +177,20 @@ def import_ase(
     (its mapping, refusals and report), each writing
     ``<source name>.mrec.lmdb``; then the manifest, last. ``group_by``
     groups rows within each source. Returns the reports merged (per source
-    lines, counts added). A task that fails stops the job: tasks not
+    lines, counts added). A task lost with its node (or worker) runs
+    again, up to ``max_retries`` times (:data:`MAX_RETRIES`). A task that
+    fails (its source: :class:`mrec.BadInput`, :class:`mrec.Refused`; a
+    full disk: ``OSError``) is not retried and stops the job: tasks not
     started do nothing, running ones are interrupted, and once every task
-    has ended the shards written are removed; no manifest is written
-    (errors are the importer's: :class:`mrec.BadInput`,
-    :class:`mrec.Refused`)."""
+    has ended the files written are removed; no manifest is written, and
+    a previous set in ``out_dir`` (``overwrite=True``) is left whole."""
     files = _sources(sources)
     out_dir = os.path.abspath(os.fspath(out_dir))
     outputs = [os.path.join(out_dir, _ray_io.shard_name(f)) for f in files]
     twice = {o for o in outputs if outputs.count(o) > 1}
     if twice:
         raise ValueError(f"sources that would write the same shard: {sorted(twice)}")
+    retries = _retries({}, max_retries)
     job = _ray_io.new_job()
     _ray_io.start_set(out_dir, job, overwrite)
     options: Dict[str, Any] = {
@@ -158,24 +198,26 @@ def import_ase(
         "order_by": order_by,
         "index_columns": list(index_columns),
         "skip_bad": skip_bad,
-        "overwrite": True,
         "threads": int(threads),
         "format": format,
+        "job": job,
         "stop": _ray_io.stop_path(out_dir, job),
     }
-    task = ray.remote(num_cpus=num_cpus, max_retries=0)(_ray_io.import_one)
+    # Ray retries a task whose worker or node died (a system failure), not
+    # one that raised (the data's failure).
+    task = ray.remote(num_cpus=num_cpus, retry_exceptions=False, **retries)(_ray_io.import_one)
     refs = [task.remote(os.path.abspath(f), o, options) for f, o in zip(files, outputs)]
     try:
         reports = ray.get(refs)
     except BaseException:
         _ray_io.stop_tasks(options["stop"], refs)
-        _ray_io.remove_files(outputs)
         _ray_io.fail_set(out_dir, job)
         raise
     try:
-        _ray_io.finish_set(out_dir, outputs, [r.get("xxh3_128") for r in reports])
+        _ray_io.finish_set(
+            out_dir, job, [(r["file"], o) for r, o in zip(reports, outputs)], [r.get("xxh3_128") for r in reports]
+        )
     except BaseException:
-        _ray_io.remove_files(outputs)
         _ray_io.fail_set(out_dir, job)
         raise
     return _merged(reports, out_dir)
@@ -220,6 +262,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     imp.add_argument("--overwrite", action="store_true")
     imp.add_argument("--num-cpus", type=float, default=1, help="CPUs per task (default 1)")
     imp.add_argument("--threads", type=int, default=1, help="reader threads per task (default 1)")
+    imp.add_argument(
+        "--max-retries", type=int, default=MAX_RETRIES, help=f"runs again of a task lost with its node (default {MAX_RETRIES})"
+    )
     args = ap.parse_args(argv)
     if len(args.paths) < 2:
         ap.error("give the sources, then the output directory")
@@ -234,6 +279,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         overwrite=args.overwrite,
         num_cpus=args.num_cpus,
         threads=args.threads,
+        max_retries=args.max_retries,
     )
     print(report, end="")
     print(f"took {report.secs:.1f} s in the slowest task", file=sys.stderr)
