@@ -1,7 +1,7 @@
 //! No cycles between the files of `harness/src` (ARCHITECTURE.md, "Files
 //! by concern, no cycles"), and the report layer layered: its data
 //! (`report/mod.rs`, `report/run.rs`, `report/groups.rs`) imports no
-//! renderer.
+//! renderer. The same for `bindings/python/src`.
 //!
 //! What counts as an import of file B by file A: a path in A's code (not
 //! in its comments or strings) that names an item of B's module, through
@@ -74,6 +74,42 @@ fn the_files_of_harness_src_import_each_other_in_no_cycle() {
                 graph[data][renderer]
             );
         }
+    }
+}
+
+/// The Python package's Rust half (`bindings/python/src`, outside the
+/// workspace) by the same rule, and stricter: no file imports the crate
+/// root (`lib.rs` only declares the modules and registers what they
+/// define), so no two files import each other even counting the root's
+/// imports of its parts.
+#[test]
+fn the_files_of_bindings_python_src_import_each_other_in_no_cycle() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bindings/python/src");
+    let mut files = BTreeMap::new();
+    for entry in std::fs::read_dir(&src).expect("bindings/python/src") {
+        let path = entry.expect("bindings/python/src").path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            let name = path
+                .file_name()
+                .expect("a file")
+                .to_string_lossy()
+                .into_owned();
+            files.insert(name, std::fs::read_to_string(&path).expect("source"));
+        }
+    }
+    assert!(files.len() >= 9, "only {} files found", files.len());
+    let graph = imports(&files);
+    assert!(edge(&graph, "read.rs", "structures.rs"));
+    assert!(edge(&graph, "structures.rs", "acc.rs"));
+    assert!(edge(&graph, "read.rs", "errors.rs"));
+    let bad = forbidden_cycles(&graph);
+    assert!(bad.is_empty(), "import cycles:\n{}", bad.join("\n"));
+    for (file, targets) in &graph {
+        assert!(
+            !targets.contains_key("lib.rs"),
+            "{file} imports the crate root: {:?}",
+            targets["lib.rs"]
+        );
     }
 }
 
