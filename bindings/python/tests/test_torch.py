@@ -52,7 +52,9 @@ def take(it: Any, k: Optional[int] = None) -> List[List[int]]:
     """The structures of the next `k` batches of `it` (all with None)."""
     out = []
     for batch in it:
-        assert isinstance(batch["pos"], torch.Tensor)
+        # Made in this process over the arrays a worker sent, not each
+        # tensor through a shared-memory file of its own.
+        assert isinstance(batch["pos"], torch.Tensor) and not batch["pos"].is_shared()
         out.append(batch["index"].tolist())
         if k is not None and len(out) == k:
             break

@@ -10,17 +10,27 @@ here, in the main process, where the loader hands each batch to the loop;
 a resumed iteration asks the sampler for the epoch's batches from there.
 The sampler's iteration is a generator that takes its start when its
 first batch is drawn, so the iterator ``DataLoader`` makes and drops when
-it starts worker processes costs nothing. Imports torch (``mrec`` itself
-does not: ``mrec.Loader`` is looked up when first used).
+it starts worker processes costs nothing.
+
+Tensors: over a ``Structures(tensors="torch")``, the workers collate NumPy
+arrays, and the tensors are made in the main process over the arrays it
+received (``torch.from_numpy``, no copy). A tensor a worker returns goes
+through a shared-memory file of its own (made, filled, sent, mapped), which
+for a batch's dozen small arrays costs several times what pickling them
+does (``python -m mrec.bench_torch``). Imports torch (``mrec`` itself does
+not: ``mrec.Loader`` is looked up when first used).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional
 
 import torch.utils.data
+from torch.utils.data._utils.pin_memory import pin_memory
 
 from ._sampler import FrameSampler
+from ._structures import Structures, _to_torch, collate
 
 
 class Loader(torch.utils.data.DataLoader):
@@ -29,7 +39,9 @@ class Loader(torch.utils.data.DataLoader):
     ``StatefulDataLoader``, exact for a :class:`FrameSampler`.
 
     ``collate_fn`` defaults to ``dataset.collate`` (:meth:`mrec.Structures.collate`)
-    when the dataset has one. Every other keyword is ``DataLoader``'s
+    when the dataset has one; for ``Structures(tensors="torch")``, NumPy
+    batches in the workers made tensors in the main process (then pinned
+    there with ``pin_memory=True``). Every other keyword is ``DataLoader``'s
     (``num_workers``, ``persistent_workers``, ``prefetch_factor``,
     ``multiprocessing_context``, ``pin_memory``, ...), but
     ``in_order=False``, under which batches reach the loop out of the
@@ -61,7 +73,10 @@ class Loader(torch.utils.data.DataLoader):
                 "mrec.Loader with in_order=False: batches would reach the loop out of the sampler's "
                 "order, and how many were consumed would not say which"
             )
-        if collate_fn is None:
+        self._tensors_here = collate_fn is None and isinstance(dataset, Structures) and dataset.tensors == "torch"
+        if self._tensors_here:
+            collate_fn = functools.partial(collate, tensors="numpy")
+        elif collate_fn is None:
             collate_fn = getattr(dataset, "collate", None)
         super().__init__(dataset, batch_sampler=batch_sampler, collate_fn=collate_fn, **kwargs)
         self._iteration: Optional[_Counted] = None
@@ -73,7 +88,13 @@ class Loader(torch.utils.data.DataLoader):
     def __iter__(self) -> "_Counted":
         sampler: FrameSampler = self.batch_sampler
         epoch, start = sampler.epoch, sampler._start
-        self._iteration = _Counted(super().__iter__(), epoch, start)
+        inner = super().__iter__()
+        convert = None
+        if self._tensors_here:
+            pinned = getattr(inner, "_pin_memory", False)
+            device = getattr(inner, "_pin_memory_device", None)
+            convert = (lambda b: pin_memory(_to_torch(b), device)) if pinned else _to_torch
+        self._iteration = _Counted(inner, epoch, start, convert)
         return self._iteration
 
     def state_dict(self) -> Dict[str, Any]:
@@ -98,8 +119,11 @@ class _Counted:
     """A ``DataLoader`` iterator whose batches are counted as the loop
     receives them."""
 
-    def __init__(self, inner: Iterator[Any], epoch: int, start: int) -> None:
+    def __init__(
+        self, inner: Iterator[Any], epoch: int, start: int, convert: Optional[Callable[[Any], Any]] = None
+    ) -> None:
         self._inner = inner
+        self._convert = convert
         self.epoch = epoch
         self.consumed = start
 
@@ -108,6 +132,8 @@ class _Counted:
 
     def __next__(self) -> Any:
         batch = next(self._inner)
+        if self._convert is not None:
+            batch = self._convert(batch)
         self.consumed += 1
         return batch
 
