@@ -38,17 +38,7 @@ type Graph = BTreeMap<String, BTreeMap<String, Vec<Import>>>;
 
 #[test]
 fn the_files_of_harness_src_import_each_other_in_no_cycle() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = BTreeMap::new();
-    for entry in walkdir::WalkDir::new(&src) {
-        let entry = entry.expect("harness/src");
-        let path = entry.path();
-        if path.extension().is_some_and(|e| e == "rs") {
-            let rel = path.strip_prefix(&src).expect("under src");
-            let rel = rel.to_string_lossy().replace('\\', "/");
-            files.insert(rel, std::fs::read_to_string(path).expect("source"));
-        }
-    }
+    let files = rust_sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
     assert!(files.len() > 30, "only {} files found", files.len());
     let graph = imports(&files);
     // The parser finds what it must: a part's `use super::*` and a
@@ -84,19 +74,7 @@ fn the_files_of_harness_src_import_each_other_in_no_cycle() {
 /// imports of its parts.
 #[test]
 fn the_files_of_bindings_python_src_import_each_other_in_no_cycle() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bindings/python/src");
-    let mut files = BTreeMap::new();
-    for entry in std::fs::read_dir(&src).expect("bindings/python/src") {
-        let path = entry.expect("bindings/python/src").path();
-        if path.extension().is_some_and(|e| e == "rs") {
-            let name = path
-                .file_name()
-                .expect("a file")
-                .to_string_lossy()
-                .into_owned();
-            files.insert(name, std::fs::read_to_string(&path).expect("source"));
-        }
-    }
+    let files = rust_sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../bindings/python/src"));
     assert!(files.len() >= 9, "only {} files found", files.len());
     let graph = imports(&files);
     assert!(edge(&graph, "read.rs", "structures.rs"));
@@ -176,6 +154,21 @@ fn the_cycle_check_finds_cycles_and_allows_a_module_file_with_its_parts() {
         ),
     ]);
     assert!(forbidden_cycles(&imports(&inline)).is_empty());
+}
+
+/// The `.rs` files under `src`, by their path relative to it, with their text.
+fn rust_sources(src: &Path) -> BTreeMap<String, String> {
+    let mut files = BTreeMap::new();
+    for entry in walkdir::WalkDir::new(src) {
+        let entry = entry.expect("a source directory");
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            let rel = path.strip_prefix(src).expect("under src");
+            let rel = rel.to_string_lossy().replace('\\', "/");
+            files.insert(rel, std::fs::read_to_string(path).expect("source"));
+        }
+    }
+    files
 }
 
 fn edge(graph: &Graph, from: &str, to: &str) -> bool {
