@@ -20,12 +20,17 @@ tensors:
 Figures, medians of ``--passes`` rounds (each round runs every loader once,
 in turn, so that each round's ratios compare passes under the same load):
 structures/s from the first batch to the last (the loaders' workers kept
-between passes: ``persistent_workers``); the time from ``iter()`` to the
+between passes: ``persistent_workers``), with the CPU time a structure
+costs the workers together and the main process (what more workers can
+divide when the machine has the cores); the time from ``iter()`` to the
 first batch of a new loader (workers started, files opened in them); each
 worker's own memory (peak private dirty pages, ``/proc/PID/smaps_rollup``:
 what it alone holds, not the pages it shares with the main process after
 the fork) and peak resident size, over an epoch of the 1x and the 4x data;
-``Structures.batch(64)`` in one process, NumPy against torch tensors.
+``Structures.batch(64)`` in one process, NumPy against torch tensors; and
+an epoch stopped at ``--stops`` points (the first batch, the last, random
+ones) with 2 workers and resumed from its state with 1: the structures
+lost or repeated.
 
 Needs torch, ase, ase-db-backends and ``fairchem-core`` (which pins its own
 torch: a venv of its own, docs/python.md).
@@ -64,6 +69,13 @@ def _own_memory(pid: int) -> Tuple[float, float]:
     return private, rss
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of process `pid` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _workers_of(it: Any) -> List[int]:
     inner = getattr(it, "_inner", it)  # mrec.Loader's iterator wraps DataLoader's
     return [w.pid for w in getattr(inner, "_workers", [])]
@@ -81,21 +93,29 @@ class Case:
         self.make = make
         self.count = count
         self.live: Optional[Any] = None
+        #: CPU microseconds a structure of each pass: the workers' together, the main process's.
+        self.cpu: List[Tuple[float, float]] = []
 
     def timed_pass(self) -> float:
         """Structures/s of one pass of the persistent loader, from its first
-        batch to its last."""
+        batch to its last (and its CPU time a structure, in `cpu`)."""
         if self.live is None:
             self.live = self.make(True)
             for _ in self.live:  # workers started, warmed
                 pass
         it = iter(self.live)
         next(it)
+        pids = _workers_of(it)
+        workers_cpu = [_cpu_seconds(p) for p in pids]
+        main_cpu = time.process_time()
         n = 0
         start = time.perf_counter()
         for batch in it:
             n += self.count(batch)
-        return n / (time.perf_counter() - start)
+        rate = n / (time.perf_counter() - start)
+        spent = sum(_cpu_seconds(p) - c for p, c in zip(pids, workers_cpu))
+        self.cpu.append((spent / n * 1e6, (time.process_time() - main_cpu) / n * 1e6))
+        return rate
 
     def first_batch(self) -> float:
         """Seconds from a new loader's ``iter()`` to its first batch."""
@@ -154,6 +174,36 @@ def _fairchem_case(name: str, src: str, batches: List[List[int]], workers: int) 
     return Case(name, make, lambda b: int(b.natoms.shape[0]))
 
 
+def _resumes(path: str, seed: int, count: int) -> Tuple[List[int], int, int]:
+    """An epoch stopped after batch k (the first, the last, random ones) with
+    2 workers, its state given to a new loader with 1 worker: the stop
+    points, and the structures lost and repeated over all of them."""
+    ds = mrec.Structures(path, tensors="torch")
+    total = len(mrec.FrameSampler(ds, seed=seed, batch_size=BATCH))
+    rng = np.random.default_rng(seed)
+    stops = sorted({1, total} | set(rng.integers(2, total, max(0, count - 2)).tolist()))
+    lost = repeated = 0
+    for k in stops:
+        seen: List[int] = []
+        first = mrec.Loader(ds, mrec.FrameSampler(ds, seed=seed, batch_size=BATCH), num_workers=2,
+                            multiprocessing_context="fork")
+        for step, batch in enumerate(first, 1):
+            seen.extend(batch["index"].tolist())
+            if step == k:
+                break
+        state = first.state_dict()
+        del first
+        again = mrec.Loader(ds, mrec.FrameSampler(ds, seed=seed, batch_size=BATCH), num_workers=1,
+                            multiprocessing_context="fork")
+        again.load_state_dict(state)
+        for batch in again:
+            seen.extend(batch["index"].tolist())
+        counts = np.bincount(np.asarray(seen, dtype=np.int64), minlength=len(ds))
+        lost += int((counts == 0).sum())
+        repeated += int((counts > 1).sum())
+    return stops, lost, repeated
+
+
 def _write(work: str, n: int) -> Tuple[str, List[str], str, str]:
     """The ASE-LMDB shards (1x: one; 4x: it and three more) and their
     imports."""
@@ -180,8 +230,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="structures of each FairChem pass (default 2,048; it is slow)")
     ap.add_argument("--passes", type=int, default=5)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--stops", type=int, default=10, help="stop points of the resume check (default 10)")
     args = ap.parse_args(argv)
-    import torch
+    try:
+        import fairchem.core  # noqa: F401
+        import torch
+    except ImportError as e:
+        ap.error(f"{e}: the peer needs fairchem-core (and torch), in a venv of its own (docs/python.md)")
 
     work = args.dir or tempfile.mkdtemp(prefix="mrec-bench-torch-")
     os.makedirs(work, exist_ok=True)
@@ -222,6 +277,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             n = sum(len(d.batch(b)["natoms"]) for b in epoch)
             in_process[t].append(n / (time.perf_counter() - start))
 
+    resumes = _resumes(one, args.seed, args.stops)
+
     memory = {}
     for label, path, fc_src in (("1x", one, shard), ("4x", four, os.path.dirname(shard))):
         c = _mrec_case("mrec", path, 2, "torch", args.seed)
@@ -233,10 +290,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"mrec {mrec.__version__} beside fairchem-core (torch {torch.__version__}): {args.structures:,} "
           f"structures (1x), {args.passes} rounds, fork workers, batches of {BATCH}; Python {m['python']}, "
           f"{m['cpus']} CPUs ({m['cpu']}), load average {os.getloadavg()[0]:.2f} at the end")
-    print(f"{'loader (structures/s)':<48} {'median':>10} {'min':>10} {'max':>10} {'first batch (s)':>16}")
+    print(f"{'loader (structures/s)':<48} {'median':>10} {'min':>10} {'max':>10} {'first batch (s)':>16} "
+          f"{'CPU us: workers':>16} {'main':>6}")
     for c in cases:
         r = rates[c.name]
-        print(f"{c.name:<48} {statistics.median(r):>10,.0f} {min(r):>10,.0f} {max(r):>10,.0f} {firsts[c.name]:>16.3f}")
+        workers_us = statistics.median(w for w, _ in c.cpu)
+        main_us = statistics.median(m for _, m in c.cpu)
+        print(f"{c.name:<48} {statistics.median(r):>10,.0f} {min(r):>10,.0f} {max(r):>10,.0f} {firsts[c.name]:>16.3f} "
+              f"{workers_us:>16.1f} {main_us:>6.1f}")
     for t, r in in_process.items():
         print(f"{'one process, Structures.batch(64), ' + t:<48} {statistics.median(r):>10,.0f} "
               f"{min(r):>10,.0f} {max(r):>10,.0f}")
@@ -262,6 +323,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"target: mrec 2 workers >= 20x FairChem AseDBDataset 2 workers: {check(vs_fairchem >= 20)} ({vs_fairchem:.1f}x)")
     print(f"target: mrec 2 workers >= 1.6x 1 worker: {check(vs_one >= 1.6)} ({vs_one:.2f}x)")
     print(f"target: a worker's own memory at 4x <= 1.2x 1x: {check(own <= 1.2)} ({own:.2f}x)")
+    stops, lost, repeated = resumes
+    print(f"target: resumed at {len(stops)} stop points (2 workers, then 1), 0 structures lost or repeated: "
+          f"{check(lost == repeated == 0)} ({lost} lost, {repeated} repeated; stops {stops})")
     print(f"tensors=torch / tensors=numpy: {vs_numpy:.2f}x through the loader, {torch_in_process:.2f}x in one process")
     return 0
 
