@@ -94,8 +94,8 @@ impl FramesAcc {
     /// Frames `js` of the collection (each in range) read in one read
     /// transaction (of each shard); with `systems`, the systems of their
     /// records, and with `record_meta`, each frame's record meta.
-    /// `tick` is called every [`crate::read::TICK_FRAMES`] frames (the
-    /// reader's map budget looked at within a long read).
+    /// `tick` is called after every frame (the reader's map budget looked
+    /// at within a long read).
     pub(crate) fn read(
         reader: &Set,
         js: &[u64],
@@ -130,9 +130,7 @@ impl FramesAcc {
                 metas.push(txn.record_meta(frame.record)?);
             }
             i += 1;
-            if i % crate::read::TICK_FRAMES == 0 {
-                tick();
-            }
+            tick();
             Ok(())
         })?;
         Ok(acc)

@@ -6,7 +6,7 @@
 //! over them: the same decoding, mapping, grouping and report. The scratch
 //! shards are removed when the import finishes, fails or is dropped.
 
-use crate::{errors_class_call, guard, internal_error, to_py_err, without_gil};
+use crate::errors::{errors_class_call, guard, internal_error, to_py_err, without_gil};
 use mrec_import::{ImportError, Options, Origin, ShardWriter};
 use pyo3::exceptions::{PyKeyboardInterrupt, PyRuntimeError};
 use pyo3::prelude::*;

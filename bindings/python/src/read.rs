@@ -19,9 +19,9 @@
 
 use crate::acc::{Acc, SystemAcc};
 use crate::convert::{column_to_numpy, document_to_py, json_to_py, vec_to_numpy};
+use crate::errors::{guard, internal_error, to_py_err, without_gil};
 use crate::frames::FramesAcc;
 use crate::structures::{GatherError, Plan, StructuresAcc};
-use crate::{guard, internal_error, to_py_err, without_gil};
 use molrec::arrays::RecordArrays;
 use molrec::lmdb::{Set, SetOptions, ShardInfo};
 use molrec::model::{Block, Cell, Column, ColumnData, Frame};
@@ -65,6 +65,8 @@ struct PageWatch {
     base: std::sync::atomic::AtomicU64,
     /// Minor faults at the last look within a read.
     faults: std::sync::atomic::AtomicU64,
+    /// Frames read within reads, counted to look every [`TICK_FRAMES`].
+    frames: std::sync::atomic::AtomicU64,
 }
 
 impl PageWatch {
@@ -74,12 +76,13 @@ impl PageWatch {
     /// The most a page fault maps: a folio of 2 MiB.
     const FAULT_MAPS: u64 = 2 << 20;
 
-    /// Within a long read, every [`TICK_FRAMES`] frames: a look at the
-    /// resident size only when enough pages were faulted in since the last
-    /// one to have passed the budget (counting faults costs a fraction of
-    /// what reading the resident size does).
+    /// Within a long read, after each frame; every [`TICK_FRAMES`] frames:
+    /// a look at the resident size only when enough pages were faulted in
+    /// since the last one to have passed the budget (counting faults costs
+    /// a fraction of what reading the resident size does).
     fn within_read(&self, reader: &Set) {
-        if self.budget == 0 {
+        if self.budget == 0 || (self.frames.fetch_add(1, Ordering::Relaxed) + 1) % TICK_FRAMES != 0
+        {
             return;
         }
         let faults = minor_faults();
@@ -101,6 +104,7 @@ impl PageWatch {
             })
             .into(),
             faults: minor_faults().into(),
+            frames: Default::default(),
         }
     }
 
@@ -129,8 +133,8 @@ impl PageWatch {
     }
 }
 
-/// Frames read between two looks at the map budget within one read.
-pub(crate) const TICK_FRAMES: usize = 16;
+/// Frames read between two looks at the map budget within reads.
+const TICK_FRAMES: u64 = 16;
 
 /// This process's minor page faults so far (`getrusage`, a fraction of a
 /// microsecond): a fault is what maps a page, or a folio of them.

@@ -8,7 +8,7 @@
 
 use crate::acc::pad_data;
 use crate::convert::{column_to_numpy, json_to_py, vec_to_numpy};
-use crate::errors_class_call;
+use crate::errors::errors_class_call;
 use molrec::arrays::StepSeries;
 use molrec::lmdb::{FrameColumn, ResolvedFrame, Set, SetFrame};
 use molrec::model::{ColumnData, Document};
@@ -325,8 +325,8 @@ fn lookup(frame_meta: &Document, record_meta: &Document, key: &str) -> Option<f6
 impl StructuresAcc {
     /// Frames `js` (each in range) gathered by `plan`, in one read
     /// transaction.
-    /// `tick` is called every [`crate::read::TICK_FRAMES`] frames (the
-    /// reader's map budget looked at within a long read).
+    /// `tick` is called after every frame (the reader's map budget looked
+    /// at within a long read).
     pub(crate) fn read(
         reader: &Set,
         js: &[u64],
@@ -390,9 +390,7 @@ impl StructuresAcc {
                     Err(GatherError::Missing(m)) => missing = Some(m),
                 }
                 i += 1;
-                if i % crate::read::TICK_FRAMES == 0 {
-                    tick();
-                }
+                tick();
                 Ok(())
             })
             .map_err(GatherError::Read)?;

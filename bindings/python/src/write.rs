@@ -4,7 +4,7 @@
 //! the GIL released.
 
 use crate::convert::{numpy_to_column, numpy_to_mask, py_to_json};
-use crate::{guard, internal_error, to_py_err, without_gil};
+use crate::errors::{guard, internal_error, to_py_err, without_gil};
 use molrec::lmdb::{Writer, WriterOptions};
 use molrec::model::*;
 use molrec::model_json::{cell_from_json, forcefield_from_json, schema_from_json};

@@ -1,6 +1,6 @@
 """Loader safety: pickling, fork and spawn pools of 4 workers reading
 shuffled records (compared with one process), the inherited reader never
-used in a child, the Dataset shape, torch's DataLoader when installed."""
+used in a child, the Dataset shape, torch's DataLoader."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def test_the_dataset_shape(collection_path: Path) -> None:
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_torch_dataloader_with_workers(collection_path: Path, method: str) -> None:
-    torch = pytest.importorskip("torch")
+    import torch
     ds = mrec.Dataset(collection_path, transform=workers.code_of)
     ds[0]  # opened in the parent before the workers start
     loader = torch.utils.data.DataLoader(

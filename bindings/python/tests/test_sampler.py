@@ -48,17 +48,40 @@ def test_an_epoch_depends_on_the_seed_and_the_epoch_only() -> None:
 
 @pytest.mark.parametrize("by", [{"batch_size": 16}, {"max_atoms": 300}, {"batch_size": 5, "max_atoms": 120}])
 @pytest.mark.parametrize("world_size", [2, 3, 4])
-def test_ranks_split_the_epoch_without_overlap(by: dict, world_size: int) -> None:
+def test_ranks_split_the_epoch_in_as_many_steps_each(by: dict, world_size: int) -> None:
     whole = drawn(mrec.FrameSampler(DATA, seed=1, **by))
-    parts = [drawn(mrec.FrameSampler(DATA, seed=1, rank=r, world_size=world_size, **by)) for r in range(world_size)]
-    # Batch i of the epoch is rank (i mod w)'s: the same batches, dealt out.
-    assert [b for i in range(len(whole)) for b in [parts[i % world_size][i // world_size]]] == whole
+    short = -len(whole) % world_size  # batches the last round lacks
+
+    def ranks(**how: Any) -> List[List[List[int]]]:
+        return [drawn(mrec.FrameSampler(DATA, seed=1, rank=r, world_size=world_size, **by, **how)) for r in range(world_size)]
+
+    # Uneven steps: batch i of the epoch is rank (i mod w)'s, the same
+    # batches dealt out, each structure once.
+    parts = ranks(uneven_steps=True)
+    assert [parts[i % world_size][i // world_size] for i in range(len(whole))] == whole
     seen = [i for p in parts for b in p for i in b]
     assert len(seen) == len(set(seen)) == len(DATA)
-    even = [drawn(mrec.FrameSampler(DATA, seed=1, rank=r, world_size=world_size, drop_last=True, **by)) for r in range(world_size)]
-    assert len({len(p) for p in even}) == 1
-    assert len(even[0]) == len(whole) // world_size
-    assert not set(i for p in even for b in p for i in b) - set(seen)
+    assert {len(p) for p in parts} <= {len(whole) // world_size, len(whole) // world_size + 1}
+    # The default: as many steps on every rank; the last round's missing
+    # batches are the epoch's first ones again, nothing else repeated.
+    even = ranks()
+    assert {len(p) for p in even} == {-(-len(whole) // world_size)}
+    dealt = [even[i % world_size][i // world_size] for i in range(len(whole) + short)]
+    assert dealt == whole + whole[:short]
+    assert sorted(set(i for p in even for b in p for i in b)) == list(range(len(DATA)))
+    # drop_last: the incomplete last round dropped, nothing repeated.
+    dropped = ranks(drop_last=True)
+    assert {len(p) for p in dropped} == {len(whole) // world_size}
+    kept = [dropped[i % world_size][i // world_size] for i in range(len(whole) - len(whole) % world_size)]
+    assert kept == whole[: len(kept)]
+
+
+def test_padding_when_there_are_fewer_batches_than_ranks() -> None:
+    small = Sized([5, 5, 5])
+    parts = [drawn(mrec.FrameSampler(small, seed=0, batch_size=2, rank=r, world_size=4)) for r in range(4)]
+    whole = drawn(mrec.FrameSampler(small, seed=0, batch_size=2))
+    assert len(whole) == 2 and [len(p) for p in parts] == [1, 1, 1, 1]
+    assert [p[0] for p in parts] == [whole[0], whole[1], whole[0], whole[1]]
 
 
 def test_an_atom_budget_bounds_every_batch() -> None:
@@ -81,25 +104,66 @@ def test_an_atom_budget_bounds_every_batch() -> None:
 def test_a_saved_state_resumes_exactly_the_rest_of_the_epoch(k: int, by: dict) -> None:
     s = mrec.FrameSampler(DATA, seed=9, rank=1, world_size=2, **by)
     s.set_epoch(3)
-    whole = drawn(s)
+    whole = [b.tolist() for b in s.batches()]
     it = iter(s)
     head = [next(it) for _ in range(k)]
     state = s.state_dict()
-    assert state["epoch"] == 3 and state["yielded"] == k
+    assert state["epoch"] == 3 and state["consumed"] == k
     fresh = mrec.FrameSampler(DATA, seed=9, rank=1, world_size=2, **by)
     fresh.load_state_dict(state)
+    assert fresh.state_dict() == state  # saved again before iterating: the same
     assert head + drawn(fresh) == whole
     # The iteration after the resumed one is a whole epoch again.
     assert drawn(fresh) == whole
+    # Any rank's state of the same world size (ranks run as many steps).
+    other = mrec.FrameSampler(DATA, seed=9, rank=0, world_size=2, **by)
+    rank0 = [b.tolist() for b in other.batches(3)]
+    other.load_state_dict(state)
+    assert drawn(other) == rank0[k:]
     with pytest.raises(ValueError, match="seed"):
         mrec.FrameSampler(DATA, seed=10, rank=1, world_size=2, **by).load_state_dict(state)
     with pytest.raises(ValueError, match="world_size"):
         mrec.FrameSampler(DATA, seed=9, rank=1, world_size=3, **by).load_state_dict(state)
 
 
+def test_a_loaded_state_survives_an_iterator_made_and_dropped() -> None:
+    """DataLoader calls iter() on its batch sampler twice when it starts
+    worker processes, and draws from the second only."""
+    s = mrec.FrameSampler(DATA, seed=5, batch_size=10)
+    whole = drawn(s)
+    s.load_state_dict(dict(s.state_dict(), consumed=4))
+    iter(s)  # made and dropped
+    assert drawn(s) == whole[4:]
+    assert drawn(s) == whole
+
+
+def test_set_epoch_keeps_a_pending_state_of_its_epoch_only() -> None:
+    s = mrec.FrameSampler(DATA, seed=5, batch_size=10)
+    s.set_epoch(2)
+    state = dict(s.state_dict(), consumed=3)
+    s.set_epoch(0)
+    s.load_state_dict(state)
+    s.set_epoch(2)  # the state's epoch: kept
+    with pytest.raises(ValueError, match="mid-epoch 2"):
+        s.set_epoch(3)
+    assert drawn(s) == [b.tolist() for b in s.batches(2)[3:]]
+    s.set_epoch(3)  # nothing pending any more
+    # A finished epoch's state: the next iteration of that epoch is empty,
+    # another epoch may be set.
+    s.load_state_dict(dict(state, consumed=len(s)))
+    assert drawn(s) == [] and len(drawn(s)) == len(s)
+    s.load_state_dict(dict(state, consumed=len(s)))
+    s.set_epoch(4)
+    assert s.state_dict()["consumed"] == 0 and len(drawn(s)) == len(s)
+    with pytest.raises(ValueError, match="batches consumed"):
+        s.load_state_dict(dict(state, consumed=len(s) + 1))
+
+
 def test_bad_options_are_refused() -> None:
     with pytest.raises(ValueError, match="batch_size, max_atoms"):
         mrec.FrameSampler(DATA, seed=0)
+    with pytest.raises(ValueError, match="choose one"):
+        mrec.FrameSampler(DATA, seed=0, batch_size=4, drop_last=True, uneven_steps=True)
     with pytest.raises(ValueError, match="rank 2 of world_size 2"):
         mrec.FrameSampler(DATA, seed=0, batch_size=4, rank=2, world_size=2)
 

@@ -354,12 +354,52 @@ def test_pickled_and_in_process_pools(synthetic: Path, method: str) -> None:
     assert got == want
 
 
-def test_torch_tensors_when_asked_for(synthetic: Path) -> None:
-    torch = pytest.importorskip("torch", reason="the tensors='torch' path needs torch, which is optional")
-    ds = mrec.Structures(synthetic, tensors="torch")
-    batch = ds.batch([3, 1])
-    assert isinstance(batch["pos"], torch.Tensor) and batch["pos"].dtype == torch.float64
-    assert batch["atomic_numbers"].dtype == torch.int64
+TORCH_DTYPES = {"i64": "int64", "f64": "float64", "bool": "bool"}
+
+
+def expected_outputs(batch: Any) -> dict:
+    """Every output of a batch of the whole mapping: (NumPy dtype, shape)
+    as docs/python.md's table has them."""
+    n, atoms = len(batch["natoms"]), int(batch["natoms"].sum())
+    want = {
+        "cell": ("float64", (n, 3, 3)),
+        "pbc": ("bool", (n, 3)),
+        "batch": ("int64", (atoms,)),
+        **{k: ("int64", (n,)) for k in ("natoms", "index", "record", "frame")},
+    }
+    for f in mrec._structures.FIELDS:
+        want[f.key] = (TORCH_DTYPES[f.dtype], ((atoms,) if f.per_atom else (n,)) + f.shape)
+    return want
+
+
+def test_torch_tensors_share_what_rust_gathered(imported: tuple, synthetic: Path) -> None:
+    """tensors="torch": every output a tensor of the NumPy batch's dtype and
+    shape, over the very memory Rust filled (no copy); lists stay lists."""
+    import torch
+
+    out, _ = imported
+    every = [f.key for f in mrec._structures.FIELDS]
+    for ds, whole_mapping in (
+        (mrec.Structures(out, keys=every, tensors="torch"), True),
+        (mrec.Structures(synthetic, extra=["atoms.element", "events.energy", "meta.pe"], tensors="torch"), False),
+    ):
+        gathered = ds.__getitems__([3, 1, 7, 2])
+        arrays = dict(gathered.arrays)  # what Rust filled
+        batch = ds.collate(gathered)
+        assert sorted(batch) == sorted(arrays)
+        want = expected_outputs(arrays) if whole_mapping else {}
+        if whole_mapping:
+            assert sorted(want) == sorted(batch)
+        for key, value in arrays.items():
+            t = batch[key]
+            if isinstance(value, np.ndarray) and value.dtype != object:
+                assert isinstance(t, torch.Tensor), key
+                assert t.dtype == getattr(torch, value.dtype.name) and tuple(t.shape) == value.shape, key
+                if key in want:
+                    assert (value.dtype.name, value.shape) == want[key], key
+                assert t.data_ptr() == value.ctypes.data, f"{key} was copied"
+            else:
+                assert t is value, key  # strings: as they were
     loader = torch.utils.data.DataLoader(
         ds, batch_sampler=mrec.FrameSampler(ds, seed=1, batch_size=8), collate_fn=ds.collate, num_workers=2
     )

@@ -1,7 +1,7 @@
 //! No cycles between the files of `harness/src` (ARCHITECTURE.md, "Files
 //! by concern, no cycles"), and the report layer layered: its data
 //! (`report/mod.rs`, `report/run.rs`, `report/groups.rs`) imports no
-//! renderer.
+//! renderer. The same for `bindings/python/src`.
 //!
 //! What counts as an import of file B by file A: a path in A's code (not
 //! in its comments or strings) that names an item of B's module, through
@@ -38,17 +38,7 @@ type Graph = BTreeMap<String, BTreeMap<String, Vec<Import>>>;
 
 #[test]
 fn the_files_of_harness_src_import_each_other_in_no_cycle() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = BTreeMap::new();
-    for entry in walkdir::WalkDir::new(&src) {
-        let entry = entry.expect("harness/src");
-        let path = entry.path();
-        if path.extension().is_some_and(|e| e == "rs") {
-            let rel = path.strip_prefix(&src).expect("under src");
-            let rel = rel.to_string_lossy().replace('\\', "/");
-            files.insert(rel, std::fs::read_to_string(path).expect("source"));
-        }
-    }
+    let files = rust_sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
     assert!(files.len() > 30, "only {} files found", files.len());
     let graph = imports(&files);
     // The parser finds what it must: a part's `use super::*` and a
@@ -74,6 +64,30 @@ fn the_files_of_harness_src_import_each_other_in_no_cycle() {
                 graph[data][renderer]
             );
         }
+    }
+}
+
+/// The Python package's Rust half (`bindings/python/src`, outside the
+/// workspace) by the same rule, and stricter: no file imports the crate
+/// root (`lib.rs` only declares the modules and registers what they
+/// define), so no two files import each other even counting the root's
+/// imports of its parts.
+#[test]
+fn the_files_of_bindings_python_src_import_each_other_in_no_cycle() {
+    let files = rust_sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../bindings/python/src"));
+    assert!(files.len() >= 9, "only {} files found", files.len());
+    let graph = imports(&files);
+    assert!(edge(&graph, "read.rs", "structures.rs"));
+    assert!(edge(&graph, "structures.rs", "acc.rs"));
+    assert!(edge(&graph, "read.rs", "errors.rs"));
+    let bad = forbidden_cycles(&graph);
+    assert!(bad.is_empty(), "import cycles:\n{}", bad.join("\n"));
+    for (file, targets) in &graph {
+        assert!(
+            !targets.contains_key("lib.rs"),
+            "{file} imports the crate root: {:?}",
+            targets["lib.rs"]
+        );
     }
 }
 
@@ -140,6 +154,21 @@ fn the_cycle_check_finds_cycles_and_allows_a_module_file_with_its_parts() {
         ),
     ]);
     assert!(forbidden_cycles(&imports(&inline)).is_empty());
+}
+
+/// The `.rs` files under `src`, by their path relative to it, with their text.
+fn rust_sources(src: &Path) -> BTreeMap<String, String> {
+    let mut files = BTreeMap::new();
+    for entry in walkdir::WalkDir::new(src) {
+        let entry = entry.expect("a source directory");
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            let rel = path.strip_prefix(src).expect("under src");
+            let rel = rel.to_string_lossy().replace('\\', "/");
+            files.insert(rel, std::fs::read_to_string(path).expect("source"));
+        }
+    }
+    files
 }
 
 fn edge(graph: &Graph, from: &str, to: &str) -> bool {

@@ -62,8 +62,10 @@ collections read back by the ASE mapping (``atomic_numbers``, ``pos``,
 gathered in Rust (per-atom arrays concatenated with a ``batch`` vector);
 ``get_atoms``, ``get_metadata("natoms")`` and ``natoms`` as FairChem's
 ASE-LMDB dataset has them. :class:`FrameSampler` shuffles epochs by seed,
-splits them across ranks, batches by count or atom budget and resumes
-mid-epoch. docs/python.md says more.
+splits them across ranks (every rank as many steps), batches by count or
+atom budget; ``mrec.Loader`` (torch's ``DataLoader`` over it; imports
+torch) has a ``state_dict()`` that resumes exactly what the training loop
+had not consumed. docs/python.md says more.
 
 Importing: :func:`from_ase` writes any iterable of ``ase.Atoms`` as a
 collection, :func:`import_files` (and ``python -m mrec import FILE... OUT``)
@@ -121,6 +123,7 @@ __all__ = [
     "StructureBatch",
     "collate",
     "FrameSampler",
+    "Loader",
     "to_ase",
     "from_ase",
     "import_files",
@@ -139,6 +142,16 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    # `mrec.Loader` is a torch DataLoader: torch is imported when it is
+    # first asked for, not with mrec.
+    if name == "Loader":
+        from ._loader import Loader
+
+        return Loader
+    raise AttributeError(f"module 'mrec' has no attribute {name!r}")
 
 PathLike = Union[str, "os.PathLike[str]"]
 Record = Dict[str, Any]
