@@ -692,7 +692,9 @@ def collection_values(collection):
         atoms = None
         if "system" in record:
             values[key(b"s", r)] = system_out(record["system"])
-            atoms = int(record["system"].get("blocks", {}).get("atoms", {}).get("count", 0))
+            system_atoms = record["system"].get("blocks", {}).get("atoms")
+            if system_atoms is not None:  # its rows, even 0; else the trajectory's
+                atoms = int(system_atoms.get("count", 0))
         first_frame.append(sum(n_frames))  # the exclusive prefix sum
         frames = []
         if "trajectory" in record:

@@ -297,9 +297,9 @@ def test_the_tasks_hand_their_shards_digests_to_the_manifest(
     handed: List[Any] = []
     finish_set = ray_io.finish_set
 
-    def recording(out_dir: str, shards: Any, digests: Any = None) -> str:
+    def recording(out_dir: str, job: str, shards: Any, digests: Any = None) -> str:
         handed.append(list(digests) if digests is not None else None)
-        return finish_set(out_dir, shards, digests)
+        return finish_set(out_dir, job, shards, digests)
 
     monkeypatch.setattr(ray_io, "finish_set", recording)
     out = tmp_path / "imported"

@@ -265,14 +265,14 @@ def test_writers_hand_over_the_digest_the_manifest_keeps(tmp_path: Path) -> None
     # Given digests are kept as given (the tasks that wrote the shards
     # computed them); the others are computed.
     given = ["0123456789abcdef" * 2, None, None, None]
-    _native.write_manifest([str(f) for f in files], str(shard_dir), given)
+    _native.write_manifest([str(f) for f in files], str(shard_dir), digests=given)
     manifest = json.loads((shard_dir / "mrec-set.json").read_text())
     assert [s["xxh3_128"] for s in manifest["shards"]] == [given[0]] + [libxxhash_digest(f) for f in files[1:]]
     with pytest.raises(mrec.DigestMismatch):
         mrec.open(shard_dir, verify=True)
     for bad in (["0123456789ABCDEF" * 2, None, None, None], [None]):
         with pytest.raises(ValueError):
-            _native.write_manifest([str(f) for f in files], str(shard_dir), bad)
+            _native.write_manifest([str(f) for f in files], str(shard_dir), digests=bad)
 
 
 def test_a_file_alone_is_verified_against_its_own_manifest(tmp_path: Path, mrec_cli: str) -> None:

@@ -213,6 +213,17 @@ pub fn catalog() -> Vec<WriterBug> {
         bug!("index/n-atoms-first-nonempty", Index, ["lmdb.index.n-atoms"], true,
             "takes `n_atoms` from the first update of atoms that has rows",
             |img| set_n_atoms(img, |counts| counts.iter().flatten().copied().find(|&c| c > 0).unwrap_or(0))),
+        bug!("index/n-atoms-system-or-zero", Index, ["lmdb.index.n-atoms"], true,
+            "takes `n_atoms` from the system's atoms, 0 when a system has none (never the trajectory's)",
+            |img| {
+                let Some(mut n_atoms) = img.index_u64("n_atoms") else { return false };
+                for (r, n) in n_atoms.iter_mut().enumerate() {
+                    if let Some(f) = img.frame(Key::System(r as u64)) {
+                        *n = f.header.get("blocks").and_then(|b| b.get("atoms")).and_then(|a| a.get("count")).and_then(Value::as_u64).unwrap_or(0);
+                    }
+                }
+                img.set_index_u64("n_atoms", &n_atoms)
+            }),
         bug!("index/n-atoms-last", Index, ["lmdb.index.n-atoms"], true,
             "takes `n_atoms` from the last update of atoms",
             |img| set_n_atoms(img, |counts| counts.iter().flatten().copied().last().unwrap_or(0))),

@@ -279,12 +279,23 @@ impl Writer {
         let at = format!("records[{r}]");
         // Merged into a copy, kept once the record is written: a refused
         // record leaves the declaration as it was.
-        let merged = match (&self.given_schema, &record.trajectory) {
+        let merged = match (&self.given_schema, &mut record.trajectory) {
             (None, Some(traj)) => {
                 let tat = format!("{at}.trajectory");
                 let decl = validate::record_declaration(traj, &tat)?;
                 let mut merged = self.derived_schema.clone();
                 merged.merge(&decl, &tat)?;
+                // The blocks a record states agree with the merged
+                // declaration (the merge checked them, nullability OR'd
+                // over the records): each is held to the merged one, as
+                // the block of a record that states nothing is.
+                if let Some(own) = &mut traj.schema {
+                    for (name, block) in own.blocks.iter_mut() {
+                        if let Some(union) = merged.schema().blocks.get(name) {
+                            block.clone_from(union);
+                        }
+                    }
+                }
                 Some(merged)
             }
             _ => None,
@@ -323,7 +334,9 @@ impl Writer {
         let mut n_atoms = None;
         let has_system = record.system.is_some();
         if let Some(system) = record.system {
-            n_atoms = Some(system.blocks.get("atoms").map_or(0, |b| b.count));
+            // The system's atoms rows (even 0); a system without `atoms`
+            // leaves it to the trajectory's first update of `atoms`.
+            n_atoms = system.blocks.get("atoms").map(|b| b.count);
             let info = FrameInfo {
                 meta: system.meta,
                 meta_types: Some(system.meta_types),
