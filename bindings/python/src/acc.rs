@@ -164,6 +164,10 @@ pub(crate) struct BlockAcc {
     /// block is there without it, ascending: its padded rows there are
     /// not a mask of the block's own.
     lacks: BTreeMap<String, Vec<usize>>,
+    /// Per column, the systems (of a batch's records) whose column has
+    /// another dtype or row shape than the batch's (its first): padded
+    /// there, as a lacking column is.
+    differs: BTreeMap<String, Vec<usize>>,
     structural_shape: Option<Vec<u64>>,
     targets: BTreeMap<String, String>,
 }
@@ -215,15 +219,20 @@ impl BlockAcc {
     }
 
     /// A system's block (its string columns left to the caller): rows
-    /// appended, the block's other columns padded.
-    pub(crate) fn push_model_block(&mut self, block: &molrec::model::Block) {
+    /// appended, the block's other columns padded, and so the columns
+    /// `differing` (of another dtype or row shape than the batch's).
+    pub(crate) fn push_model_block(&mut self, block: &molrec::model::Block, differing: &[&str]) {
         let count = block.count as usize;
         let lacking = self.lacking(block.columns.keys().map(String::as_str));
         self.lacks_next(&lacking);
+        for &col in differing {
+            let at = self.differs.entry(col.to_string()).or_default();
+            at.push(self.present.len());
+        }
         self.present.push(true);
         self.counts.push(count as i64);
         for (col, column) in &block.columns {
-            if matches!(column.data, ColumnData::String(_)) {
+            if matches!(column.data, ColumnData::String(_)) || differing.contains(&col.as_str()) {
                 continue;
             }
             if !self.columns.contains_key(col) {
@@ -319,23 +328,34 @@ impl BlockAcc {
                 validity.set_item(&name, column_to_numpy(py, ColumnData::Bool(v), &lead)?)?;
             }
         }
-        let lacks = PyDict::new(py);
-        for (name, at) in self.lacks.into_iter().filter(|(_, at)| !at.is_empty()) {
-            let mut flags = vec![false; n];
-            for e in at {
-                flags[e] = true;
-            }
-            lacks.set_item(&name, vec_to_numpy(py, flags))?;
-        }
         d.set_item("present", vec_to_numpy(py, self.present))?;
         d.set_item("count", vec_to_numpy(py, self.counts))?;
         d.set_item("columns", columns)?;
         d.set_item("validity", validity)?;
-        d.set_item("lacks", lacks)?;
+        d.set_item("lacks", entry_flags(py, self.lacks, n)?)?;
+        d.set_item("differs", entry_flags(py, self.differs, n)?)?;
         d.set_item("structural_shape", self.structural_shape)?;
         d.set_item("targets", self.targets.into_pyobject(py)?)?;
         Ok(d)
     }
+}
+
+/// Per column, a bool per entry (of `n`), true at the entries listed; only
+/// the columns with some.
+fn entry_flags<'py>(
+    py: Python<'py>,
+    entries: BTreeMap<String, Vec<usize>>,
+    n: usize,
+) -> PyResult<Bound<'py, PyDict>> {
+    let out = PyDict::new(py);
+    for (name, at) in entries.into_iter().filter(|(_, at)| !at.is_empty()) {
+        let mut flags = vec![false; n];
+        for e in at {
+            flags[e] = true;
+        }
+        out.set_item(&name, vec_to_numpy(py, flags))?;
+    }
+    Ok(out)
 }
 
 /// Cells through the frames (or through a batch's records).
@@ -726,6 +746,9 @@ impl SystemAcc {
         for name in names {
             let mut acc = BlockAcc::default();
             let mut text: BTreeMap<&str, StringColumn> = BTreeMap::new();
+            // Each column's dtype and row shape in the batch: its first
+            // record's (systems are not declared: records may differ).
+            let mut kinds: BTreeMap<&str, (molrec::DType, &[u64])> = BTreeMap::new();
             let headers = PyList::empty(py);
             for block in systems
                 .iter()
@@ -741,7 +764,13 @@ impl SystemAcc {
                     None => headers.append(py.None())?,
                 }
                 let count = block.count as usize;
+                let mut differing = Vec::new();
                 for (col, column) in &block.columns {
+                    let kind = (column.dtype(), column.shape.get(1..).unwrap_or_default());
+                    if *kinds.entry(col.as_str()).or_insert(kind) != kind {
+                        differing.push(col.as_str());
+                        continue;
+                    }
                     if let ColumnData::String(values) = &column.data {
                         let trailing = column.shape.get(1..).unwrap_or_default();
                         let c = text
@@ -756,7 +785,7 @@ impl SystemAcc {
                         c.pad(py, count);
                     }
                 }
-                acc.push_model_block(block);
+                acc.push_model_block(block, &differing);
             }
             let out = acc.into_py(py, false)?;
             let (Some(columns), Some(validity)) =

@@ -198,3 +198,27 @@ def test_every_per_step_tag_and_part_a_record_may_lack_comes_back(mrec_cli: str,
     copy = tmp_path / "copy.mrec.lmdb"
     copy_with_python(c, back, copy)
     same(dump_with_cli(mrec_cli, copy)["records"], dump_with_cli(mrec_cli, path)["records"], "copy")
+
+
+def test_a_system_column_of_another_dtype_or_row_shape_is_refused_not_mixed_up(tmp_path: Path) -> None:
+    """Systems are not declared: one column may be f64 in a record, i32 or
+    (2,)-rows in another. A batch keeps the first record's kind and says
+    which records differ (their values no one else's); record rows,
+    which hold one kind per column, refuse such a batch by name."""
+    qs = [np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([1.5, 2.5]), np.array([7, 8], np.int32), np.array([[5.0, 6.0]] * 2)]
+    path = tmp_path / "q.mrec.lmdb"
+    with mrec.Writer(path, units={"length": "angstrom"}, schema={"meta": {}, "blocks": {}}) as w:
+        for q in qs:
+            w.append({"meta": {}, "system": {"meta": {}, "blocks": {"atoms": {"columns": {"q": q}}}}})
+    c = mrec.open(path)
+    b = c.batch(range(4))["system"]["blocks"]["atoms"]
+    assert b["differs"]["q"].tolist() == [False, True, True, False] and not b["lacks"]
+    np.testing.assert_array_equal(b["columns"]["q"], np.concatenate([qs[0], np.zeros((4, 2)), qs[3]]))
+    assert b["validity"]["q"].tolist() == [True, True, False, False, False, False, True, True]
+    with pytest.raises(ValueError, match="system column `atoms.q` has another dtype or row shape in record 1"):
+        _arrow.records_table(c.batch(range(4)), 0, c.index["has_trajectory"], _arrow.RecordLayout.of(c))
+    for r in (0, 3):  # alone, those of the set's kind come back
+        (back,) = rows_and_back(c, [r])
+        same(record_json(back), record_json(c[r]), f"record {r}")
+    with pytest.raises(ValueError, match=r"system column `atoms.q` \(i32, rows \(\)\) is not as in the set's first"):
+        rows_and_back(c, [2])

@@ -261,7 +261,13 @@ def _system_columns(s: Mapping[str, Any], n: int, layout: RecordLayout, cols: _T
         b = s["blocks"].get(block)
         if b is None:
             b = {"present": np.zeros(n, bool), "count": np.zeros(n, np.int64), "offsets": np.zeros(n + 1, np.int64),
-                 "columns": {}, "validity": {}, "lacks": {}, "headers": [None] * n}
+                 "columns": {}, "validity": {}, "lacks": {}, "differs": {}, "headers": [None] * n}
+        for col, at in b["differs"].items():
+            raise ValueError(
+                f"system column `{block}.{col}` has another dtype or row shape in record "
+                f"{int(np.argmax(at))} of the batch than in an earlier one: record rows hold one per column "
+                f"(read these records with mrec.open)"
+            )
         planned = {c: (dtype, trailing) for c, dtype, trailing in columns}
         dtypes = {c: _dtype_name(v) for c, v in sorted(b["columns"].items())}
         for col, values in b["columns"].items():
