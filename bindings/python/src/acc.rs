@@ -159,6 +159,15 @@ pub(crate) struct BlockAcc {
     counts: Vec<i64>,
     rows: usize,
     columns: BTreeMap<String, ColAcc>,
+    /// Every column met (string columns of systems too, which the caller
+    /// gathers), with the entries (frames, or a batch's records) where the
+    /// block is there without it, ascending: its padded rows there are
+    /// not a mask of the block's own.
+    lacks: BTreeMap<String, Vec<usize>>,
+    /// Per column, the systems (of a batch's records) whose column has
+    /// another dtype or row shape than the batch's (its first): padded
+    /// there, as a lacking column is.
+    differs: BTreeMap<String, Vec<usize>>,
     structural_shape: Option<Vec<u64>>,
     targets: BTreeMap<String, String>,
 }
@@ -182,14 +191,48 @@ impl BlockAcc {
         self.counts.resize(self.counts.len() + n, 0);
     }
 
+    /// The columns met so far that an entry holding the block with the
+    /// columns `names` lacks, after meeting `names` (a column met first
+    /// is lacked by every earlier entry holding the block).
+    fn lacking<'a>(&mut self, names: impl Iterator<Item = &'a str> + Clone) -> Vec<String> {
+        for name in names.clone() {
+            if !self.lacks.contains_key(name) {
+                let before = (0..self.present.len()).filter(|&i| self.present[i]);
+                self.lacks.insert(name.to_string(), before.collect());
+            }
+        }
+        self.lacks
+            .keys()
+            .filter(|k| !names.clone().any(|n| n == k.as_str()))
+            .cloned()
+            .collect()
+    }
+
+    /// The next entry (not yet pushed) holds the block without `columns`.
+    fn lacks_next(&mut self, columns: &[String]) {
+        let e = self.present.len();
+        for col in columns {
+            if let Some(at) = self.lacks.get_mut(col) {
+                at.push(e);
+            }
+        }
+    }
+
     /// A system's block (its string columns left to the caller): rows
-    /// appended, the block's other columns padded.
-    pub(crate) fn push_model_block(&mut self, block: &molrec::model::Block) {
+    /// appended, the block's other columns padded, and so the columns
+    /// `differing` (of another dtype or row shape than the batch's).
+    pub(crate) fn push_model_block(&mut self, block: &molrec::model::Block, differing: &[&str]) {
         let count = block.count as usize;
+        let lacking = self.lacking(block.columns.keys().map(String::as_str));
+        self.lacks_next(&lacking);
+        for &col in differing {
+            let at = self.differs.entry(col.to_string()).or_default();
+            at.push(self.present.len());
+        }
         self.present.push(true);
         self.counts.push(count as i64);
         for (col, column) in &block.columns {
-            if matches!(column.data, ColumnData::String(_)) {
+            if matches!(column.data, ColumnData::String(_)) || differing.contains(&col.as_str()) {
                 continue;
             }
             if !self.columns.contains_key(col) {
@@ -226,6 +269,9 @@ impl BlockAcc {
             }
         }
         let count = block.count() as usize;
+        let names: Vec<&str> = block.columns().map(|c| c.name()).collect();
+        let lacking = self.lacking(names.iter().copied());
+        self.lacks_next(&lacking);
         self.present.push(true);
         self.counts.push(count as i64);
         for column in block.columns() {
@@ -286,10 +332,30 @@ impl BlockAcc {
         d.set_item("count", vec_to_numpy(py, self.counts))?;
         d.set_item("columns", columns)?;
         d.set_item("validity", validity)?;
+        d.set_item("lacks", entry_flags(py, self.lacks, n)?)?;
+        d.set_item("differs", entry_flags(py, self.differs, n)?)?;
         d.set_item("structural_shape", self.structural_shape)?;
         d.set_item("targets", self.targets.into_pyobject(py)?)?;
         Ok(d)
     }
+}
+
+/// Per column, a bool per entry (of `n`), true at the entries listed; only
+/// the columns with some.
+fn entry_flags<'py>(
+    py: Python<'py>,
+    entries: BTreeMap<String, Vec<usize>>,
+    n: usize,
+) -> PyResult<Bound<'py, PyDict>> {
+    let out = PyDict::new(py);
+    for (name, at) in entries.into_iter().filter(|(_, at)| !at.is_empty()) {
+        let mut flags = vec![false; n];
+        for e in at {
+            flags[e] = true;
+        }
+        out.set_item(&name, vec_to_numpy(py, flags))?;
+    }
+    Ok(out)
 }
 
 /// Cells through the frames (or through a batch's records).
@@ -410,6 +476,9 @@ pub(crate) struct Acc {
     frame_offsets: Vec<i64>,
     steps: Vec<i64>,
     times: Option<Vec<f64>>,
+    /// Per trajectory added (or record without one), whether it has
+    /// times: a batch's `times` are NaN where it has none.
+    timed: Vec<bool>,
     meta: BTreeMap<String, MetaAcc>,
     meta_tags: BTreeMap<String, &'static str>,
     blocks: BTreeMap<String, BlockAcc>,
@@ -464,6 +533,7 @@ impl Acc {
             self.frame_offsets.push(0);
         }
         self.frame_offsets.push(self.frames as i64);
+        self.timed.push(false);
     }
 
     pub(crate) fn add_trajectory(&mut self, t: &TrajectoryArrays) {
@@ -472,6 +542,7 @@ impl Acc {
         }
         let (base, n) = (self.frames, t.len());
         self.steps.extend_from_slice(&t.steps);
+        self.timed.push(t.times.is_some());
         match (&t.times, &mut self.times) {
             (Some(src), Some(dst)) => dst.extend_from_slice(src),
             (Some(src), None) => {
@@ -522,13 +593,21 @@ impl Acc {
                     acc.columns.insert(col.clone(), c);
                 }
             }
+            // One column set per block in a record: the same at each frame.
+            let lacking = acc.lacking(series.columns.keys().map(String::as_str));
             let BlockAcc {
                 present,
                 counts,
                 rows,
                 columns,
+                lacks,
                 ..
             } = acc;
+            let mut lacking: Vec<&mut Vec<usize>> = lacks
+                .iter_mut()
+                .filter(|(col, _)| lacking.contains(col))
+                .map(|(_, at)| at)
+                .collect();
             // Each column with its series in this record (None: the
             // record's block lacks it), paired once, not per frame.
             let mut pairs: Vec<(&mut ColAcc, Option<&molrec::arrays::ColumnSeries>)> = columns
@@ -543,6 +622,9 @@ impl Acc {
                 };
                 let update = series.updates[u as usize];
                 let count = update.count as usize;
+                for at in lacking.iter_mut() {
+                    at.push(present.len());
+                }
                 present.push(true);
                 counts.push(count as i64);
                 for (c, cs) in pairs.iter_mut() {
@@ -589,6 +671,7 @@ impl Acc {
         d.set_item("n_frames", self.frames)?;
         if !single {
             d.set_item("offsets", vec_to_numpy(py, self.frame_offsets))?;
+            d.set_item("timed", vec_to_numpy(py, self.timed))?;
         }
         d.set_item("step", vec_to_numpy(py, self.steps))?;
         match self.times {
@@ -663,16 +746,31 @@ impl SystemAcc {
         for name in names {
             let mut acc = BlockAcc::default();
             let mut text: BTreeMap<&str, StringColumn> = BTreeMap::new();
+            // Each column's dtype and row shape in the batch: its first
+            // record's (systems are not declared: records may differ).
+            let mut kinds: BTreeMap<&str, (molrec::DType, &[u64])> = BTreeMap::new();
+            let headers = PyList::empty(py);
             for block in systems
                 .iter()
                 .map(|s| s.as_ref().and_then(|s| s.blocks.get(name)))
             {
                 let Some(block) = block else {
                     acc.absent(1);
+                    headers.append(py.None())?;
                     continue;
                 };
+                match block_header(py, block)? {
+                    Some(header) => headers.append(header)?,
+                    None => headers.append(py.None())?,
+                }
                 let count = block.count as usize;
+                let mut differing = Vec::new();
                 for (col, column) in &block.columns {
+                    let kind = (column.dtype(), column.shape.get(1..).unwrap_or_default());
+                    if *kinds.entry(col.as_str()).or_insert(kind) != kind {
+                        differing.push(col.as_str());
+                        continue;
+                    }
                     if let ColumnData::String(values) = &column.data {
                         let trailing = column.shape.get(1..).unwrap_or_default();
                         let c = text
@@ -687,7 +785,7 @@ impl SystemAcc {
                         c.pad(py, count);
                     }
                 }
-                acc.push_model_block(block);
+                acc.push_model_block(block, &differing);
             }
             let out = acc.into_py(py, false)?;
             let (Some(columns), Some(validity)) =
@@ -698,6 +796,7 @@ impl SystemAcc {
             for (col, c) in text {
                 c.into_py(py, &columns, &validity, col)?;
             }
+            out.set_item("headers", headers)?;
             blocks.set_item(name, out)?;
         }
         d.set_item("blocks", blocks)?;
@@ -708,6 +807,34 @@ impl SystemAcc {
         }
         Ok(d)
     }
+}
+
+/// What a system's block says besides its rows (a batch keeps one per
+/// record): its columns' precisions, structural shape, targets and
+/// attributes; `None` when it says none of these.
+fn block_header<'py>(
+    py: Python<'py>,
+    block: &molrec::model::Block,
+) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let plain = block.structural_shape.is_none()
+        && block.targets.is_empty()
+        && block.attributes.is_empty()
+        && block.columns.values().all(|c| c.precision.is_none());
+    if plain {
+        return Ok(None);
+    }
+    let d = PyDict::new(py);
+    let precision = PyDict::new(py);
+    for (col, column) in &block.columns {
+        if let Some(p) = column.precision {
+            precision.set_item(col, p)?;
+        }
+    }
+    d.set_item("precision", precision)?;
+    d.set_item("structural_shape", block.structural_shape.clone())?;
+    d.set_item("targets", block.targets.clone().into_pyobject(py)?)?;
+    d.set_item("attributes", document_to_py(py, &block.attributes)?)?;
+    Ok(Some(d))
 }
 
 /// One Python string per distinct value.

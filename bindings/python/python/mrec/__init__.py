@@ -47,8 +47,17 @@ the trajectory's frames of all records one after the other (its own
 each block's ``present``, ``count`` and ``offsets`` are per frame); the
 system's blocks per record (``present``, ``count``, ``offsets`` over the
 records; ``meta`` and ``meta_types`` lists; ``cell`` per record or
-``None``). A column some records lack is filled with zeros there, marked
-invalid in ``validity``.
+``None``; each block's ``headers``, per record what its block says
+besides its rows: ``precision``, ``structural_shape``, ``targets``,
+``attributes``, or ``None`` where it is absent or says none of these).
+A column some records lack is filled with zeros there, marked invalid in
+``validity`` and true in the block's ``lacks[col]`` (bool, per frame or
+per system; only for a column some lack), which tells it from a column
+of invalid rows. A system column with another dtype or row shape than in
+the batch's first record that has it (systems are not declared) is
+filled so too, and true in ``differs[col]``. The trajectory's ``timed``
+(bool, per record) says which records have times (``time`` is NaN for
+the others).
 
 Frames by global ordinal (``first_frame[r] + k``): ``c.frames(js)`` reads
 each frame from the updates in effect there (its own, each block's latest,

@@ -7,17 +7,26 @@ Arrow list arrays over the same values, one row per record or structure.
 
 A record row (``unit="record"``): ``record`` (int64, its number in the
 set), ``meta`` (its meta document as JSON text), ``has_trajectory``,
-``n_frames``; per frame ``step``, ``time`` (null without times), each
-declared per-step key as ``meta.<key>`` (a ``json`` key as JSON text);
-for each declared trajectory block ``<block>.present``, ``<block>.count``
-and each declared column ``<block>.<column>`` (frames -> rows; an invalid
-row is an Arrow null, a trailing shape a fixed-size list); the cell in
-effect as ``cell.present``, ``cell.vectors`` (9 values, lattice vectors as
-columns, molrec's order), ``cell.origin``, ``cell.boundary``,
-``cell.defined``; the system as ``system`` (JSON text of its ``meta``,
-``meta_types`` and ``cell``, null without a system) and, for each system
-block and column the set's records have, ``system.<block>.count`` and
-``system.<block>.<column>`` (rows).
+``n_frames``; per frame ``step``, ``time`` (null for a record without
+times), each declared per-step key as ``meta.<key>`` (a ``json`` key as
+JSON text, a vector tag as fixed-size lists); for each declared trajectory
+block ``<block>.present``, ``<block>.count`` and each declared column
+``<block>.<column>`` (frames -> rows; null for a record whose block lacks
+the column; an invalid row is an Arrow null, a trailing shape a fixed-size
+list, a complex value two floats); the cell in effect as ``cell.present``,
+``cell.vectors`` (9 values, lattice vectors as columns, molrec's order),
+``cell.origin``, ``cell.boundary``, ``cell.defined``; the system as
+``system`` (JSON text of its ``meta``, ``meta_types``, ``cell`` and, per
+block, what it says besides its rows: its columns' dtypes, precisions,
+``structural_shape``, ``targets``, ``attributes``; null without a system)
+and, for each system block and column the set's records have,
+``system.<block>.count`` and ``system.<block>.<column>`` (rows; null where
+the record's system lacks them).
+
+Record -> row -> record gives the record back as ``mrec.open`` reads it,
+values under invalid rows included (Arrow keeps them under its nulls;
+some of Arrow's own kernels, e.g. ``take`` of strings, do not, and such a
+value means nothing: docs/canonical-json.md).
 
 A structure row (``unit="frame"``): the arrays of :class:`mrec.Structures`
 (per-atom ones as lists over the structure's atoms), plus ``index`` (the
@@ -50,45 +59,64 @@ DTYPES = {
     "c128": np.complex128,
 }
 
+#: Records sampled (spread over the set) to fix the record rows' system
+#: columns.
+SAMPLE = 64
+
+Columns = List[Tuple[str, str, Tuple[int, ...]]]
+
+
+def tag_values(tag: str) -> Tuple[str, Tuple[int, ...]]:
+    """The dtype and per-frame trailing shape of a per-step tag's values
+    (``f64x3``: f64, ``(3,)``; ``bool3``: bool, ``(3,)``)."""
+    if tag == "bool3":
+        return "bool", (3,)
+    dtype, vector, width = tag.partition("x")
+    return dtype, (int(width),) if vector else ()
+
 
 @dataclass
 class RecordLayout:
     """The columns of a set's record rows, fixed once for every read task
     (so that every block has one schema): the declared per-step keys and
-    trajectory columns, and the system columns found in its records."""
+    trajectory blocks, and the system columns found in its records."""
 
+    #: (key, tag) of each declared per-step key.
     step_keys: List[Tuple[str, str]] = field(default_factory=list)
-    #: block -> [(column, dtype, trailing shape)]
-    blocks: Dict[str, List[Tuple[str, str, Tuple[int, ...]]]] = field(default_factory=dict)
-    system: Dict[str, List[Tuple[str, str, Tuple[int, ...]]]] = field(default_factory=dict)
+    #: declared trajectory block -> [(column, dtype, trailing shape)]
+    blocks: Dict[str, Columns] = field(default_factory=dict)
+    #: declared trajectory block -> its ``structural_shape`` and ``targets``
+    #: (a block's are the declaration's, whatever its updates restate).
+    heads: Dict[str, Tuple[Optional[List[int]], Dict[str, str]]] = field(default_factory=dict)
+    #: system block -> [(column, dtype, trailing shape)]
+    system: Dict[str, Columns] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, schema: Mapping[str, Any], system_batch: Optional[Mapping[str, Any]]) -> "RecordLayout":
-        """The layout of a collection with ``schema`` whose records' systems
-        ``system_batch`` (a batch's ``system``) shows."""
+    def declared(cls, schema: Mapping[str, Any]) -> "RecordLayout":
+        """The trajectory part of the layout, from a ``sequence_schema``."""
         layout = cls()
         for key, decl in sorted(schema.get("meta", {}).items()):
             layout.step_keys.append((key, decl.get("dtype", "json")))
         for block, decl in sorted(schema.get("blocks", {}).items()):
             layout.blocks[block] = [
-                (col, c.get("dtype", "f64"), tuple(int(x) for x in c.get("shape", ())[1:]))
+                (col, c.get("dtype", "f64"), tuple(int(x) for x in c.get("trailing", ())))
                 for col, c in sorted(decl.get("columns", {}).items())
             ]
-        for block, b in sorted((system_batch or {}).get("blocks", {}).items()):
-            layout.system[block] = [(col, _dtype_name(v), tuple(v.shape[1:])) for col, v in sorted(b["columns"].items())]
+            shape = decl.get("structural_shape")
+            layout.heads[block] = (list(shape) if shape is not None else None, dict(decl.get("targets", {})))
         return layout
 
-    def absorb_trailing(self, batch: Mapping[str, Any]) -> None:
-        """Takes the trailing shapes of declared columns from a batch (the
-        declaration does not always state them)."""
-        for block, cols in self.blocks.items():
-            b = batch["trajectory"]["blocks"].get(block)
-            if b is None:
-                continue
-            self.blocks[block] = [
-                (col, dtype, tuple(b["columns"][col].shape[1:]) if col in b["columns"] else trailing)
-                for col, dtype, trailing in cols
-            ]
+    @classmethod
+    def of(cls, c: Any) -> "RecordLayout":
+        """The layout of a collection or set ``c``: its declaration, and the
+        system columns of :data:`SAMPLE` records spread over it."""
+        layout = cls.declared(c.schema)
+        n = len(c)
+        if n:
+            sample = sorted(set(np.linspace(0, n - 1, min(SAMPLE, n)).astype(int).tolist()))
+            for block, b in sorted(c.batch(sample)["system"]["blocks"].items()):
+                layout.system[block] = [(col, _dtype_name(v), tuple(v.shape[1:])) for col, v in sorted(b["columns"].items())]
+        return layout
 
 
 def _dtype_name(a: np.ndarray) -> str:
@@ -100,62 +128,87 @@ def _dtype_name(a: np.ndarray) -> str:
     raise TypeError(f"no molrec dtype for {a.dtype}")
 
 
+def _row_type(dtype: str, trailing: Tuple[int, ...]) -> pa.DataType:
+    """The Arrow type of a row of ``dtype`` and ``trailing`` shape (what
+    :func:`_arrow_values` makes)."""
+    if dtype == "string":
+        t: pa.DataType = pa.string()
+    elif dtype in ("c64", "c128"):
+        t = pa.list_(pa.float32() if dtype == "c64" else pa.float64(), 2)
+    else:
+        t = pa.from_numpy_dtype(DTYPES[dtype])
+    for w in reversed(trailing):
+        t = pa.list_(t, w)
+    return t
+
+
 def _arrow_values(a: np.ndarray, valid: Optional[np.ndarray] = None) -> pa.Array:
     """A flat array of rows ``(rows, *trailing)`` as Arrow: the trailing
     axes as fixed-size lists, a complex value as two floats, an invalid row
-    (``valid`` false) as null."""
+    (``valid`` false) as null over the value it holds."""
     trailing = tuple(a.shape[1:])
-    mask = None if valid is None or np.all(valid) else ~np.asarray(valid, bool)
     if a.dtype == object:
-        flat = np.asarray([str(x) for x in a.reshape(-1)], dtype=object)
-        kind: Optional[pa.DataType] = pa.string()
+        arr: pa.Array = pa.array([str(x) for x in a.reshape(-1)], pa.string())
     elif a.dtype.kind == "c":
-        flat = np.ascontiguousarray(np.stack([a.real, a.imag], axis=-1)).reshape(-1)
-        trailing, kind = trailing + (2,), None
+        parts = np.float32 if a.dtype == np.complex64 else np.float64
+        pairs = np.stack([a.real, a.imag], axis=-1).astype(parts)
+        arr, trailing = pa.array(np.ascontiguousarray(pairs).reshape(-1)), trailing + (2,)
     else:
-        flat, kind = np.ascontiguousarray(a).reshape(-1), None
-    if not trailing:
-        return pa.array(flat, kind, mask=mask)
-    arr: pa.Array = pa.array(flat, kind)
-    for i, w in enumerate(reversed(trailing)):
-        outermost = i == len(trailing) - 1
-        arr = pa.FixedSizeListArray.from_arrays(arr, w, mask=pa.array(mask) if outermost and mask is not None else None)
-    return arr
+        arr = pa.array(np.ascontiguousarray(a).reshape(-1))
+    for w in reversed(trailing):
+        arr = pa.FixedSizeListArray.from_arrays(arr, w)
+    if valid is None or np.all(valid):
+        return arr
+    valid = np.asarray(valid, bool)
+    if trailing:
+        return pa.FixedSizeListArray.from_arrays(arr.values, trailing[0], mask=pa.array(~valid))
+    bitmap = pa.array(valid).buffers()[1]
+    return pa.Array.from_buffers(arr.type, len(arr), [bitmap] + arr.buffers()[1:], null_count=int((~valid).sum()))
 
 
-def _lists(offsets: np.ndarray, values: pa.Array) -> pa.Array:
-    return pa.LargeListArray.from_arrays(pa.array(np.asarray(offsets, np.int64)), values)
+def _lists(offsets: np.ndarray, values: pa.Array, absent: Optional[np.ndarray] = None) -> pa.Array:
+    """Lists of ``values`` (``offsets``), null where ``absent``."""
+    mask = None if absent is None or not absent.any() else pa.array(absent)
+    return pa.LargeListArray.from_arrays(pa.array(np.asarray(offsets, np.int64)), values, mask=mask)
 
 
-def _empty(dtype: str, trailing: Tuple[int, ...], rows: int) -> np.ndarray:
-    dt = DTYPES[dtype]
-    if dt is object:
-        return np.full((rows,) + trailing, "", dtype=object)
-    return np.zeros((rows,) + trailing, dtype=dt)
+class _Table(dict):  # type: ignore[type-arg]
+    """A record row's columns by name; a name made twice (block, column or
+    key names that meet once joined with dots) is refused, not overwritten."""
+
+    def __setitem__(self, name: str, arr: pa.Array) -> None:
+        if name in self:
+            raise ValueError(f"record rows cannot hold this set: two of its parts make the column name {name!r}")
+        super().__setitem__(name, arr)
+
+
+def _per_record(frame_record: np.ndarray, flags: np.ndarray, n: int) -> np.ndarray:
+    """Whether each of ``n`` records has a frame where ``flags`` is true."""
+    return np.bincount(frame_record, weights=np.asarray(flags, np.float64), minlength=n)[:n] > 0
 
 
 def records_table(batch: Mapping[str, Any], first_record: int, has_trajectory: np.ndarray, layout: RecordLayout) -> pa.Table:
     """A batch of records (``Collection.batch`` of one shard) as record
     rows; ``first_record`` is the shard's first record in the set."""
     n = len(batch["records"])
-    cols: Dict[str, pa.Array] = {
-        "record": pa.array(np.asarray(batch["records"], np.int64) + first_record),
-        "meta": pa.array([json.dumps(m, allow_nan=True) for m in batch["meta"]], pa.string()),
-        "has_trajectory": pa.array(np.asarray(has_trajectory, bool)),
-    }
+    cols = _Table()
+    cols["record"] = pa.array(np.asarray(batch["records"], np.int64) + first_record)
+    cols["meta"] = pa.array([json.dumps(m, allow_nan=True) for m in batch["meta"]], pa.string())
+    cols["has_trajectory"] = pa.array(np.asarray(has_trajectory, bool))
     t = batch["trajectory"]
     toff = np.asarray(t["offsets"], np.int64)
     frames = int(toff[-1])
+    frame_record = np.repeat(np.arange(n), np.diff(toff))
     cols["n_frames"] = pa.array(np.diff(toff))
-    cols["step"] = _lists(toff, pa.array(t["step"]))
+    cols["step"] = _lists(toff, pa.array(np.asarray(t["step"], np.int64)))
     time = t["time"] if t["time"] is not None else np.full(frames, np.nan)
-    cols["time"] = _lists(toff, pa.array(time, mask=np.full(frames, t["time"] is None)))
+    cols["time"] = _lists(toff, pa.array(np.asarray(time, np.float64)), ~np.asarray(t["timed"], bool))
     for key, tag in layout.step_keys:
         values = t["meta"].get(key)
-        if values is None:
-            arr = pa.nulls(frames, pa.string())
-        elif isinstance(values, list) or tag == "json":
-            arr = pa.array([json.dumps(v, allow_nan=True) for v in values], pa.string())
+        if tag == "json" or isinstance(values, list):
+            arr = pa.array([json.dumps(v, allow_nan=True) for v in values or []], pa.string())
+        elif values is None:  # no frame in the batch
+            arr = pa.array([], _row_type(*tag_values(tag)))
         else:
             arr = _arrow_values(np.asarray(values))
         cols[f"meta.{key}"] = _lists(toff, arr)
@@ -163,16 +216,20 @@ def records_table(batch: Mapping[str, Any], first_record: int, has_trajectory: n
         b = t["blocks"].get(block)
         if b is None:
             b = {"present": np.zeros(frames, bool), "count": np.zeros(frames, np.int64),
-                 "offsets": np.zeros(frames + 1, np.int64), "columns": {}, "validity": {}}
-        rows = int(b["offsets"][-1])
-        cols[f"{block}.present"] = _lists(toff, pa.array(np.asarray(b["present"], bool)))
+                 "offsets": np.zeros(frames + 1, np.int64), "columns": {}, "validity": {}, "lacks": {}}
+        present = np.asarray(b["present"], bool)
+        no_block = ~_per_record(frame_record, present, n)
+        cols[f"{block}.present"] = _lists(toff, pa.array(present))
         cols[f"{block}.count"] = _lists(toff, pa.array(np.asarray(b["count"], np.int64)))
         for col, dtype, trailing in columns:
             values = b["columns"].get(col)
-            valid = b["validity"].get(col)
             if values is None:
-                values, valid = _empty(dtype, trailing, rows), np.zeros(rows, bool)
-            cols[f"{block}.{col}"] = _lists(toff, _lists(b["offsets"], _arrow_values(values, valid)))
+                cols[f"{block}.{col}"] = pa.nulls(n, pa.large_list(pa.large_list(_row_type(dtype, trailing))))
+                continue
+            lacks = b["lacks"].get(col)
+            absent = no_block if lacks is None else no_block | _per_record(frame_record, lacks, n)
+            rows = _lists(b["offsets"], _arrow_values(values, b["validity"].get(col)))
+            cols[f"{block}.{col}"] = _lists(toff, rows, absent)
     cell = t["cell"]
     if cell is None:
         cell = {"present": np.zeros(frames, bool), "vectors": np.zeros((frames, 3, 3)),
@@ -183,45 +240,79 @@ def records_table(batch: Mapping[str, Any], first_record: int, has_trajectory: n
     cols["cell.origin"] = _lists(toff, _arrow_values(np.asarray(cell["origin"], np.float64)))
     cols["cell.boundary"] = _lists(toff, _arrow_values(np.asarray(cell["boundary"], bool)))
     cols["cell.defined"] = _lists(toff, pa.array(np.asarray(cell["defined"], bool)))
-    s = batch["system"]
-    docs = []
-    for i in range(n):
-        if not s["present"][i]:
-            docs.append(None)
-            continue
-        c = s["cell"][i] if s["cell"] is not None else None
-        docs.append(json.dumps({"meta": s["meta"][i], "meta_types": s["meta_types"][i], "cell": _cell_json(c)}, allow_nan=True))
-    cols["system"] = pa.array(docs, pa.string())
-    for block, columns in layout.system.items():
-        b = s["blocks"].get(block)
-        if b is None:
-            b = {"present": np.zeros(n, bool), "count": np.zeros(n, np.int64),
-                 "offsets": np.zeros(n + 1, np.int64), "columns": {}, "validity": {}}
-        unplanned = set(b["columns"]) - {c for c, _, _ in columns}
-        if unplanned:
-            raise ValueError(
-                f"system block `{block}` has columns {sorted(unplanned)} that the set's first records' "
-                f"systems lack: the record layout is fixed from those (read with unit='frame', or "
-                f"read these records with mrec.open)"
-            )
-        rows = int(b["offsets"][-1])
-        absent = ~np.asarray(b["present"], bool)
-        cols[f"system.{block}.count"] = pa.array(np.asarray(b["count"], np.int64), mask=absent)
-        for col, dtype, trailing in columns:
-            values = b["columns"].get(col)
-            valid = b["validity"].get(col)
-            if values is None:
-                values, valid = _empty(dtype, trailing, rows), np.zeros(rows, bool)
-            cols[f"system.{block}.{col}"] = pa.LargeListArray.from_arrays(
-                pa.array(np.asarray(b["offsets"], np.int64)), _arrow_values(values, valid), mask=pa.array(absent)
-            )
+    _system_columns(batch["system"], n, layout, cols)
+    return pa.table(dict(cols))
+
+
+def _system_columns(s: Mapping[str, Any], n: int, layout: RecordLayout, cols: _Table) -> None:
+    """The ``system`` column and the system blocks' columns of a batch's
+    ``n`` records' systems ``s``."""
     unplanned = set(s["blocks"]) - set(layout.system)
     if unplanned:
         raise ValueError(
             f"system blocks {sorted(unplanned)} are not in the set's first records' systems: the record "
             f"layout is fixed from those (read with unit='frame', or read these records with mrec.open)"
         )
-    return pa.table(cols)
+    present = np.asarray(s["present"], bool).tolist()
+    # Each record's blocks as JSON text, made once per distinct text (most
+    # records' systems have the same blocks, columns and no header).
+    heads: List[List[str]] = [[] for _ in range(n)]
+    for block, columns in layout.system.items():
+        b = s["blocks"].get(block)
+        if b is None:
+            b = {"present": np.zeros(n, bool), "count": np.zeros(n, np.int64), "offsets": np.zeros(n + 1, np.int64),
+                 "columns": {}, "validity": {}, "lacks": {}, "differs": {}, "headers": [None] * n}
+        for col, at in b["differs"].items():
+            raise ValueError(
+                f"system column `{block}.{col}` has another dtype or row shape in record "
+                f"{int(np.argmax(at))} of the batch than in an earlier one: record rows hold one per column "
+                f"(read these records with mrec.open)"
+            )
+        planned = {c: (dtype, trailing) for c, dtype, trailing in columns}
+        dtypes = {c: _dtype_name(v) for c, v in sorted(b["columns"].items())}
+        for col, values in b["columns"].items():
+            if planned.get(col) != (dtypes[col], tuple(values.shape[1:])):
+                raise ValueError(
+                    f"system column `{block}.{col}` ({dtypes[col]}, rows {tuple(values.shape[1:])}) is not as in the "
+                    f"set's first records' systems ({planned.get(col, 'not there')}): the record layout is fixed "
+                    f"from those (read with unit='frame', or read these records with mrec.open)"
+                )
+        absent = ~np.asarray(b["present"], bool)
+        lacks = {c: np.asarray(v, bool).tolist() for c, v in b["lacks"].items()}
+        made: Dict[Tuple[str, ...], str] = {}
+        name = json.dumps(block)
+        for i, (there, header) in enumerate(zip((~absent).tolist(), b["headers"])):
+            if not there or not present[i]:
+                continue
+            has = tuple(c for c in dtypes if c not in lacks or not lacks[c][i])
+            if header is None:
+                text = made.get(has)
+                if text is None:
+                    text = made[has] = json.dumps({"columns": {c: dtypes[c] for c in has}})
+            else:
+                head = {"columns": {c: dtypes[c] for c in has}, **{k: v for k, v in header.items() if v}}
+                text = json.dumps(head, allow_nan=True)
+            heads[i].append(f"{name}: {text}")
+        cols[f"system.{block}.count"] = pa.array(np.asarray(b["count"], np.int64), mask=absent)
+        for col, dtype, trailing in columns:
+            values = b["columns"].get(col)
+            if values is None:
+                cols[f"system.{block}.{col}"] = pa.nulls(n, pa.large_list(_row_type(dtype, trailing)))
+                continue
+            lacking = b["lacks"].get(col)
+            rows = _arrow_values(values, b["validity"].get(col))
+            cols[f"system.{block}.{col}"] = _lists(b["offsets"], rows, absent if lacking is None else absent | lacking)
+    cell = s["cell"]
+    cell_present = [False] * n if cell is None else np.asarray(cell["present"], bool).tolist()
+    docs: List[Optional[str]] = []
+    for i in range(n):
+        if not present[i]:
+            docs.append(None)
+            continue
+        c = {k: cell[k][i] for k in ("vectors", "origin", "boundary", "defined")} if cell_present[i] else None
+        doc = json.dumps({"meta": s["meta"][i], "meta_types": s["meta_types"][i], "cell": _cell_json(c)}, allow_nan=True)
+        docs.append(f'{doc[:-1]}, "blocks": {{{", ".join(heads[i])}}}}}')
+    cols["system"] = pa.array(docs, pa.string())
 
 
 def _cell_json(c: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
@@ -238,10 +329,18 @@ def _cell_json(c: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
 # -- records back ------------------------------------------------------------
 
 
+def _unmasked(arr: pa.Array) -> pa.Array:
+    """A primitive or string array without its validity: the values under
+    its nulls as they are."""
+    if not arr.null_count:
+        return arr
+    return pa.Array.from_buffers(arr.type, len(arr), [None] + arr.buffers()[1:], offset=arr.offset)
+
+
 def _numpy(arr: pa.Array, dtype: str) -> Tuple[np.ndarray, Optional[np.ndarray]]:
     """Rows (``arr``: primitive, or fixed-size lists of them) as
     ``(values (rows, *trailing), valid or None)``; a null row's values are
-    zeros (or empty strings)."""
+    those under it."""
     rows = len(arr)
     valid = None
     if arr.null_count:
@@ -253,14 +352,15 @@ def _numpy(arr: pa.Array, dtype: str) -> Tuple[np.ndarray, Optional[np.ndarray]]
         trailing.append(size)
         # `.values` is the whole child, null slots included, past any offset.
         inner = inner.values.slice(inner.offset * size, len(inner) * size)
+    inner = _unmasked(inner)
     if DTYPES[dtype] is object:
-        flat = np.array(["" if v is None else v for v in inner.to_pylist()], dtype=object)
+        flat = np.array(inner.to_pylist(), dtype=object)
     else:
-        filled = inner.fill_null(0) if inner.null_count else inner
-        flat = np.asarray(filled.to_numpy(zero_copy_only=False))
+        flat = np.asarray(inner.to_numpy(zero_copy_only=False))
     if dtype in ("c64", "c128"):
-        pairs = flat.reshape(-1, 2)
-        flat = (pairs[:, 0] + 1j * pairs[:, 1]).astype(DTYPES[dtype])
+        # The two parts' bits as they are (-0.0, NaN): a view, not arithmetic.
+        parts = np.float32 if dtype == "c64" else np.float64
+        flat = np.ascontiguousarray(flat, dtype=parts).view(DTYPES[dtype])
         trailing = trailing[:-1]
     else:
         flat = flat.astype(DTYPES[dtype], copy=False)
@@ -269,11 +369,12 @@ def _numpy(arr: pa.Array, dtype: str) -> Tuple[np.ndarray, Optional[np.ndarray]]
 
 class _Lists:
     """A list column as NumPy: each row's range of the child's rows
-    (``offsets``, absolute in the child, whatever slice the array is), and
-    the child converted once."""
+    (``offsets``, absolute in the child, whatever slice the array is),
+    which rows are not null (``there``), and the child converted once."""
 
     def __init__(self, a: pa.Array, dtype: Optional[str] = None, nested: Optional[str] = None) -> None:
         self.offsets = np.asarray(a.offsets, np.int64)
+        self.there = None if not a.null_count else ~np.asarray(a.is_null().to_numpy(zero_copy_only=False), bool)
         child = a.values
         self.inner: Optional[_Lists] = None
         if nested is not None:  # rows of frames: a list of lists
@@ -281,12 +382,16 @@ class _Lists:
             return
         if dtype is None:
             self.values: Any = child.to_numpy(zero_copy_only=False)
-            self.valid = None if not child.null_count else ~np.asarray(child.is_null().to_numpy(zero_copy_only=False), bool)
+            self.valid = None
         elif dtype == "json":
-            self.values = [None if v is None else json.loads(v) for v in child.to_pylist()]
+            self.values = [json.loads(v) for v in child.to_pylist()]
             self.valid = None
         else:
             self.values, self.valid = _numpy(child, dtype)
+
+    def has(self, i: int) -> bool:
+        """Whether row ``i`` is not null."""
+        return self.there is None or bool(self.there[i])
 
     def span(self, i: int) -> Tuple[int, int]:
         return int(self.offsets[i]), int(self.offsets[i + 1])
@@ -300,35 +405,91 @@ class _Lists:
         valid = None if self.valid is None else self.valid[lo:hi]
         return self.values[lo:hi], (None if valid is None or valid.all() else valid)
 
+    def of(self, i: int) -> Tuple[Any, Optional[np.ndarray]]:
+        """Row ``i``'s rows and their validity."""
+        return self.rows(*self.span(i))
+
 
 def _columns_of(per_col: Mapping[str, _Lists], i: int) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
-    """Row `i`'s part of each column of a block, and the validity of the
-    nullable ones."""
+    """The columns that row ``i`` of a block has (not null there), and the
+    validity of those with an invalid row."""
     columns: Dict[str, Any] = {}
     validity: Dict[str, np.ndarray] = {}
     for name, lists in per_col.items():
-        values, valid = lists.rows(*lists.span(i))
+        if not lists.has(i):
+            continue
+        values, valid = lists.of(i)
         columns[name] = values
         if valid is not None:
             validity[name] = valid
     return columns, validity
 
 
+def _systems_back(table: pa.Table, column: Any) -> Iterator[Optional[Dict[str, Any]]]:
+    """The systems of record rows, in the shape ``Writer.append`` takes."""
+    docs = [None if d is None else json.loads(d) for d in column("system").to_pylist()]
+    dtypes: Dict[Tuple[str, str], str] = {}
+    for doc in docs:
+        for block, head in (doc or {"blocks": {}})["blocks"].items():
+            for col, dtype in head["columns"].items():
+                if dtypes.setdefault((block, col), dtype) != dtype:
+                    raise ValueError(f"system column `{block}.{col}` is {dtypes[block, col]} in one record, {dtype} in another")
+    names = {block for doc in docs if doc is not None for block in doc["blocks"]}
+    counts = {b: column(f"system.{b}.count").fill_null(0).to_numpy(zero_copy_only=False) for b in names}
+    values = {(b, c): _Lists(column(f"system.{b}.{c}"), dtype) for (b, c), dtype in dtypes.items()}
+    for i, doc in enumerate(docs):
+        if doc is None:
+            yield None
+            continue
+        blocks = {}
+        for block, head in doc["blocks"].items():
+            columns: Dict[str, Any] = {}
+            validity: Dict[str, np.ndarray] = {}
+            for col in head["columns"]:
+                columns[col], valid = values[block, col].of(i)
+                if valid is not None:
+                    validity[col] = valid
+            blocks[block] = {
+                "count": int(counts[block][i]),
+                "columns": columns,
+                "validity": validity,
+                "precision": dict(head.get("precision", {})),
+                "structural_shape": head.get("structural_shape"),
+                "targets": dict(head.get("targets", {})),
+                "attributes": dict(head.get("attributes", {})),
+            }
+        yield {"meta": doc["meta"], "meta_types": doc["meta_types"], "blocks": blocks, "cell": _cell_back(doc["cell"])}
+
+
+def _cell_back(c: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
+    if c is None:
+        return None
+    return {
+        "vectors": np.asarray(c["vectors"], np.float64).reshape(3, 3),
+        "origin": np.asarray(c["origin"], np.float64),
+        "boundary": np.asarray(c["boundary"], bool),
+        "defined": bool(c["defined"]),
+    }
+
+
 def records_from_table(table: pa.Table, layout: RecordLayout) -> Iterator[Dict[str, Any]]:
-    """The records of record rows, in the shape ``Writer.append`` takes."""
+    """The records of record rows, in the shape ``mrec.open`` reads them
+    (and ``Writer.append`` takes)."""
     table = table.combine_chunks()
 
     def column(name: str) -> pa.Array:
+        if name not in table.column_names:
+            raise ValueError(f"record rows without the column {name!r}")
         c = table.column(name)
         return c.chunk(0) if c.num_chunks else pa.array([], c.type)
 
     n = table.num_rows
     metas = column("meta").to_pylist()
-    systems = column("system").to_pylist()
+    systems = _systems_back(table, column)
     has_traj = column("has_trajectory").to_numpy(zero_copy_only=False)
     step = _Lists(column("step"))
-    time = _Lists(column("time"))
-    step_meta = {key: _Lists(column(f"meta.{key}"), "json" if tag == "json" else tag) for key, tag in layout.step_keys}
+    time = _Lists(column("time"), "f64")
+    step_meta = {key: _Lists(column(f"meta.{key}"), "json" if tag == "json" else tag_values(tag)[0]) for key, tag in layout.step_keys}
     blocks = {
         block: (
             _Lists(column(f"{block}.present")),
@@ -344,51 +505,39 @@ def records_from_table(table: pa.Table, layout: RecordLayout) -> Iterator[Dict[s
         "boundary": _Lists(column("cell.boundary"), "bool"),
         "defined": _Lists(column("cell.defined")),
     }
-    sys_blocks = {}
-    for block, columns in layout.system.items():
-        counts = column(f"system.{block}.count")
-        there = ~np.asarray(counts.is_null().to_numpy(zero_copy_only=False), bool)
-        sys_blocks[block] = (
-            (there, counts.fill_null(0).to_numpy(zero_copy_only=False)),
-            {name: _Lists(column(f"system.{block}.{name}"), dtype) for name, dtype, _ in columns},
-        )
     for i in range(n):
-        record: Dict[str, Any] = {"meta": json.loads(metas[i]), "system": None, "trajectory": None}
-        if systems[i] is not None:
-            doc = json.loads(systems[i])
-            sblocks = {}
-            for block, ((there, counts), per_col) in sys_blocks.items():
-                if not there[i]:
-                    continue
-                columns, validity = _columns_of(per_col, i)
-                sblocks[block] = {"columns": columns, "validity": validity, "count": int(counts[i])}
-            record["system"] = {"meta": doc["meta"], "meta_types": doc["meta_types"], "blocks": sblocks, "cell": doc["cell"]}
+        record: Dict[str, Any] = {"meta": json.loads(metas[i]), "system": next(systems), "trajectory": None}
         if has_traj[i]:
             tblocks = {}
             for block, (present_l, count_l, per_col) in blocks.items():
-                present = present_l.rows(*present_l.span(i))[0]
+                present = np.asarray(present_l.of(i)[0], bool)
                 if not present.any():
                     continue
-                count = np.asarray(count_l.rows(*count_l.span(i))[0], np.int64)
+                count = np.asarray(count_l.of(i)[0], np.int64)
                 columns, validity = _columns_of(per_col, i)
+                shape, targets = layout.heads.get(block, (None, {}))
                 tblocks[block] = {
                     "present": present,
-                    "offsets": np.concatenate([[0], np.cumsum(count)]).astype(np.int64),
                     "count": count,
+                    "offsets": np.concatenate([[0], np.cumsum(count)]).astype(np.int64),
                     "columns": columns,
                     "validity": validity,
+                    "structural_shape": shape,
+                    "targets": dict(targets),
                 }
-            times, valid = time.rows(*time.span(i))
+            steps = np.asarray(step.of(i)[0], np.int64)
             trajectory: Dict[str, Any] = {
-                "step": step.rows(*step.span(i))[0],
-                "time": None if valid is not None and not valid.any() else times,
-                "meta": {k: v.rows(*v.span(i))[0] for k, v in step_meta.items()},
+                "n_frames": len(steps),
+                "step": steps,
+                "time": time.of(i)[0] if time.has(i) else None,
+                "meta": {k: v.of(i)[0] for k, v in step_meta.items()},
+                "meta_types": dict(layout.step_keys),
                 "blocks": tblocks,
                 "cell": None,
             }
-            present = cell_present.rows(*cell_present.span(i))[0]
+            present = np.asarray(cell_present.of(i)[0], bool)
             if present.any():
-                cell = {k: v.rows(*v.span(i))[0] for k, v in cells.items()}
+                cell = {k: v.of(i)[0] for k, v in cells.items()}
                 cell["vectors"] = cell["vectors"].reshape(-1, 3, 3)
                 cell["present"] = present
                 trajectory["cell"] = cell
@@ -424,55 +573,16 @@ def structures_table(batch: Mapping[str, Any], kinds: Mapping[str, str], offsets
     return pa.table(cols)
 
 
-_ARROW_DTYPES = {
-    pa.float64(): "f64",
-    pa.int8(): "i8",
-    pa.int16(): "i16",
-    pa.int32(): "i32",
-    pa.int64(): "i64",
-    pa.uint8(): "u8",
-    pa.uint16(): "u16",
-    pa.uint32(): "u32",
-    pa.uint64(): "u64",
-    pa.bool_(): "bool",
-    pa.string(): "string",
-    pa.large_string(): "string",
-}
-
-
-def _arrow_row_type(t: pa.DataType) -> Tuple[str, Tuple[int, ...]]:
-    """The molrec dtype and trailing shape of an Arrow row type."""
-    trailing: List[int] = []
-    while pa.types.is_fixed_size_list(t):
-        trailing.append(t.list_size)
-        t = t.value_type
-    if t not in _ARROW_DTYPES:
-        raise TypeError(f"no molrec dtype for Arrow {t}")
-    return _ARROW_DTYPES[t], tuple(trailing)
-
-
 def layout_of_table(schema: pa.Schema, declared: Mapping[str, Any]) -> RecordLayout:
     """The layout of record rows from their Arrow schema and the
-    declaration they are written with (``declared``: ``sequence_schema``)."""
-    layout = RecordLayout()
+    declaration they are written with (``declared``: ``sequence_schema``):
+    the declared keys, blocks and columns the rows hold. (Their systems'
+    blocks and columns are in each row's ``system``.)"""
+    full = RecordLayout.declared(declared)
     names = set(schema.names)
-    for key, decl in sorted(declared.get("meta", {}).items()):
-        if f"meta.{key}" in names:
-            layout.step_keys.append((key, decl.get("dtype", "json")))
-    for block, decl in sorted(declared.get("blocks", {}).items()):
-        if f"{block}.present" not in names:
-            continue
-        cols = []
-        for col in sorted(decl.get("columns", {})):
-            if f"{block}.{col}" in names:
-                row = schema.field(f"{block}.{col}").type.value_type.value_type
-                cols.append((col, decl["columns"][col].get("dtype", "f64"), _arrow_row_type(row)[1]))
-        layout.blocks[block] = cols
-    for name in sorted(names):
-        parts = name.split(".")
-        if len(parts) == 3 and parts[0] == "system":
-            columns = layout.system.setdefault(parts[1], [])
-            if parts[2] != "count":
-                dtype, trailing = _arrow_row_type(schema.field(name).type.value_type)
-                columns.append((parts[2], dtype, trailing))
+    layout = RecordLayout(heads=full.heads)
+    layout.step_keys = [(key, tag) for key, tag in full.step_keys if f"meta.{key}" in names]
+    for block, columns in full.blocks.items():
+        if f"{block}.present" in names:
+            layout.blocks[block] = [c for c in columns if f"{block}.{c[0]}" in names]
     return layout

@@ -22,7 +22,6 @@ import time
 import uuid
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-import numpy as np
 import pyarrow as pa
 import ray
 from ray.data.block import BlockAccessor, BlockMetadata
@@ -35,9 +34,6 @@ from ._structures import Structures
 
 MANIFEST = "mrec-set.json"
 PENDING = "mrec-set.pending"
-#: Records sampled (spread over the set) to fix the record rows' system
-#: columns and trailing shapes.
-SAMPLE = 64
 #: Rows per block a read task yields, by unit.
 BLOCK_ROWS = {"record": 1024, "frame": 4096}
 
@@ -97,12 +93,7 @@ class SetDatasource(Datasource):
         self._keys: Tuple[str, ...] = ()
         self._extra = tuple(extra)
         if unit == "record":
-            n = len(c)
-            sample = sorted(set(np.linspace(0, n - 1, min(SAMPLE, n)).astype(int).tolist())) if n else []
-            batch = c.batch(sample) if sample else None
-            self._layout = RecordLayout.of(c.schema, batch["system"] if batch else None)
-            if batch is not None:
-                self._layout.absorb_trailing(batch)
+            self._layout = RecordLayout.of(c)
         else:
             # Chosen once for the set, so that every read task's blocks
             # have the same columns.
