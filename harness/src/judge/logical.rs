@@ -802,15 +802,6 @@ fn cell_box(v: &Value, path: &str, side: Side) -> Result<Value, JudgeError> {
         Some(o) => f64s(o, &key(path, "origin"), "origin")?,
         None => vec![f64_value(0.0); 3],
     };
-    let bpath = key(path, "boundary");
-    let mut boundary = match opt(m, "boundary") {
-        Some(b) => fixed(b, &bpath, 3, "boundary")?
-            .iter()
-            .enumerate()
-            .map(|(i, x)| cell("bool", x, &idx(&bpath, i)))
-            .collect::<Result<Vec<_>, _>>()?,
-        None => vec![Value::Bool(true); 3],
-    };
     let defined = match opt(m, "cell_defined") {
         Some(Value::Bool(b)) => *b,
         None => true,
@@ -820,6 +811,18 @@ fn cell_box(v: &Value, path: &str, side: Side) -> Result<Value, JudgeError> {
                 format!("expected a bool, found {}", kind(x)),
             )
         }
+    };
+    let bpath = key(path, "boundary");
+    let mut boundary = match opt(m, "boundary") {
+        Some(b) => fixed(b, &bpath, 3, "boundary")?
+            .iter()
+            .enumerate()
+            .map(|(i, x)| cell("bool", x, &idx(&bpath, i)))
+            .collect::<Result<Vec<_>, _>>()?,
+        // An omitted boundary is all-true on a defined cell and all-false
+        // on an undefined one, whoever omits it (frame.md, "An undefined
+        // cell"; canonical-json.md: "also when `boundary` is omitted").
+        None => vec![Value::Bool(defined); 3],
     };
     if !defined && side != Side::Actual {
         vectors = (0..3)

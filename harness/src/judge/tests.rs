@@ -469,3 +469,26 @@ fn short_diff_is_cut_to_max_lines() {
     assert_eq!(short_diff(&e, &e, 10), "");
     assert!(!short_diff(&e, &json!({"v": 1}), 1000).contains("more lines"));
 }
+
+#[test]
+fn an_answer_omitting_an_undefined_cells_boundary_reads_as_all_false() {
+    // canonical-json.md, "Box": all keys but `vectors` are optional, and an
+    // undefined cell's omitted boundary is all-false, in an answer too.
+    let undefined = |boundary: Option<Value>| {
+        let mut cell = json!({"vectors": [[1, 0, 0], [0, 1, 0], [0, 0, 1]], "cell_defined": false});
+        if let Some(b) = boundary {
+            cell["boundary"] = b;
+        }
+        json!({"meta": {"units": {"length": "angstrom"}, "molrec_version": 1},
+            "sequence_schema": {"blocks": {}, "meta": {}},
+            "records": [{"trajectory": {"frames": [{"step": 0, "box": cell}]}}]})
+    };
+    let fixture = undefined(Some(json!([false, false, false])));
+    assert_eq!(compare(&fixture, &undefined(None)).unwrap(), vec![]);
+    // A stated periodic axis in the answer is still a difference.
+    let periodic = compare(&fixture, &undefined(Some(json!([true, false, false])))).unwrap();
+    assert_eq!(
+        paths(&periodic),
+        vec!["records[0].trajectory.frames[0].box.boundary[0]"]
+    );
+}

@@ -542,6 +542,7 @@ fn a_writer_carrying_a_block_across_records_is_caught() {
                 "carry-forward-record-boundary"
                     | "records-different-subsets"
                     | "cells-across-records-and-masks"
+                    | "time-second-record"
             )
     });
     caught_twice(

@@ -284,11 +284,17 @@ pub fn catalog() -> Vec<WriterBug> {
         bug!("header/big-int-as-float", Header, ["typed-json.forms"], true,
             "writes integers beyond 2^53 as JSON reals",
             |img| {
+                // Only values under an integer tag: a `json` or `string`
+                // value that looks like a number is not an integer.
+                let tags = per_step_tags(img);
                 let a = img.edit_headers(b'f', |h| {
                     let step = h.get_mut("step").is_some_and(big_to_float);
-                    each_meta(h, |_, v| big_to_float(v)) | step
+                    each_meta(h, |k, v| tags.get(k).is_some_and(|t| is_int_tag(t)) && big_to_float(v)) | step
                 });
-                let b = img.edit_headers(b's', |h| each_meta(h, |_, v| big_to_float(v)));
+                let b = img.edit_headers(b's', |h| {
+                    let types = h.get("meta_types").cloned().unwrap_or_default();
+                    each_meta(h, |k, v| types.get(k).and_then(Value::as_str).is_some_and(is_int_tag) && big_to_float(v))
+                });
                 a | b
             }),
         bug!("header/non-finite-as-null", Header, ["typed-json.forms"], true,
@@ -330,7 +336,17 @@ pub fn catalog() -> Vec<WriterBug> {
             |img| edit_block_entries(img, b's', |b| b.remove("structural_shape").is_some_and(|t| !t.is_null()))),
         bug!("header/codec-delta", Header, ["mrf1.no-codec"], false,
             "applies a delta filter to f64 buffers",
-            |img| edit_buffers(img, |dtype, mask, bytes| !mask && dtype == "f64" && delta(bytes))),
+            // Columns with a validity mask are left alone: a delta shows
+            // there only under a null row, whose value means nothing.
+            |img| edit_frames(img, |f| {
+                let masked: Vec<(String, String)> = f.buffers.keys().filter(|k| k.2).map(|(b, c, _)| (b.clone(), c.clone())).collect();
+                let plain: Vec<(String, String, bool)> = f.buffers.keys()
+                    .filter(|(b, c, m)| !m && !masked.contains(&(b.clone(), c.clone())) && f.dtype(b, c).as_deref() == Some("f64"))
+                    .cloned().collect();
+                plain.into_iter().fold(false, |changed, k| {
+                    f.buffers.get_mut(&k).is_some_and(|bytes| delta(bytes)) | changed
+                })
+            })),
         bug!("header/ints-widened", Header, ["column.dtype.preserved"], false,
             "stores narrower integer columns as i64 / u64",
             |img| edit_frames(img, widen_ints)),
