@@ -140,6 +140,18 @@ pub enum Edit {
         /// RFC 6901 pointer into the header (must exist).
         pointer: String,
     },
+    /// Replace the one occurrence of `find` in a frame-bytes value's header
+    /// text by `replace`, as text: a spelling `set-header` cannot make (a
+    /// number as `1.5e20`, `007`, or JSON cut short). Re-encoded as for
+    /// `set-header`.
+    ReplaceHeaderText {
+        /// The key.
+        key: String,
+        /// Text occurring exactly once in the header.
+        find: String,
+        /// What it becomes.
+        replace: String,
+    },
     /// Overwrite bytes at `offset` of the value (extending it, zero-filled,
     /// when needed).
     SetBytes {
@@ -188,6 +200,7 @@ impl Edit {
             Edit::RemoveJson { key, .. } => ("remove-json", key),
             Edit::SetHeader { key, .. } => ("set-header", key),
             Edit::RemoveHeader { key, .. } => ("remove-header", key),
+            Edit::ReplaceHeaderText { key, .. } => ("replace-header-text", key),
             Edit::SetBytes { key, .. } => ("set-bytes", key),
             Edit::Truncate { key, .. } => ("truncate", key),
             Edit::SetCell { key, .. } => ("set-cell", key),
@@ -366,6 +379,7 @@ fn edit_weight(edit: &Edit) -> u64 {
             value.as_ref().map_or(0, |v| len(&v.to_string())) + value_json.as_deref().map_or(0, len)
         }
         Edit::SetBytes { offset, hex, .. } => offset.saturating_add(len(hex)),
+        Edit::ReplaceHeaderText { replace, .. } => len(replace),
         _ => 0,
     };
     weight.min(MAX_VALUE_LEN)
@@ -509,6 +523,21 @@ fn apply_edit(db: Database<Bytes, Bytes>, wtxn: &mut RwTxn, edit: &Edit) -> Resu
         Edit::RemoveHeader { pointer, .. } => {
             let old = get_value(db, wtxn, &key)?;
             let new = edit_header(&old, |header| remove_pointer(header, pointer))?;
+            put_value(db, wtxn, &key, &new)
+        }
+        Edit::ReplaceHeaderText { find, replace, .. } => {
+            let old = get_value(db, wtxn, &key)?;
+            let view = frame_bytes::parse_ignoring_magic(&old)
+                .map_err(|p| format!("the value's header cannot be parsed: {}", p.message))?;
+            let text = String::from_utf8_lossy(&view.value[8..8 + view.header_len]);
+            match text.matches(find.as_str()).count() {
+                1 => {}
+                n => return Err(format!("`{find}` occurs {n} times in the header, not once")),
+            }
+            let new = frame_bytes::reencode_text(
+                &view,
+                text.replacen(find.as_str(), replace, 1).as_bytes(),
+            )?;
             put_value(db, wtxn, &key, &new)
         }
         Edit::SetBytes { offset, hex, .. } => {

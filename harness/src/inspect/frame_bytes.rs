@@ -595,12 +595,18 @@ pub fn read_u64_column(view: &FrameView<'_>, block: &str, column: &str) -> Optio
 /// old payload unchanged.
 pub fn reencode(old: &FrameView<'_>, header: &Map<String, Value>) -> Result<Vec<u8>, String> {
     let json = serde_json::to_vec(header).map_err(|e| e.to_string())?;
+    reencode_text(old, &json)
+}
+
+/// Re-encodes a frame-bytes value with `json` as its header text, taken
+/// as it is (it need not be valid JSON), as [`reencode`] does.
+pub fn reencode_text(old: &FrameView<'_>, json: &[u8]) -> Result<Vec<u8>, String> {
     let len = u32::try_from(json.len()).map_err(|_| "header longer than u32::MAX bytes")?;
     let payload = old.payload();
     let mut out = Vec::with_capacity(16 + json.len() + payload.len());
     out.extend_from_slice(&old.value[..4]);
     out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&json);
+    out.extend_from_slice(json);
     out.resize(out.len().next_multiple_of(8), 0);
     out.extend_from_slice(payload);
     Ok(out)
