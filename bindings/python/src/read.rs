@@ -560,7 +560,7 @@ impl NativeReader {
                         let n = reader.record_frames(r).unwrap_or(0);
                         let atoms = reader.atom_counts()[r as usize] as i64;
                         if n <= 1 {
-                            counts.extend(std::iter::repeat(atoms).take(n as usize));
+                            counts.extend(std::iter::repeat_n(atoms, n as usize));
                             continue;
                         }
                         systems += 1;
@@ -569,7 +569,7 @@ impl NativeReader {
                             .map_err(in_shard)?
                             .is_some_and(|s| s.blocks.contains_key("atoms"));
                         if in_system {
-                            counts.extend(std::iter::repeat(atoms).take(n as usize));
+                            counts.extend(std::iter::repeat_n(atoms, n as usize));
                             continue;
                         }
                         walked += 1;

@@ -558,7 +558,7 @@ impl StructuresAcc {
         }
         let batch: Vec<i64> = (0..b as i64)
             .zip(&self.natoms)
-            .flat_map(|(s, &n)| std::iter::repeat(s).take(n.max(0) as usize))
+            .flat_map(|(s, &n)| std::iter::repeat_n(s, n.max(0) as usize))
             .collect();
         d.set_item("batch", vec_to_numpy(py, batch))?;
         d.set_item("natoms", vec_to_numpy(py, self.natoms))?;
