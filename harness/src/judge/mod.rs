@@ -40,6 +40,7 @@ use serde_json::Value;
 use similar::TextDiff;
 
 use logical::{collection, Side};
+pub use typed::infer_tag;
 
 /// At most this many differences are listed; one more entry says how many were left out.
 pub const MAX_DIFFERENCES: usize = 200;

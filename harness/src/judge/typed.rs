@@ -217,7 +217,7 @@ pub(super) fn integer_form_problem(tag: &str, v: &Value) -> Option<String> {
 }
 
 /// The tag an untagged system-meta value reads back as (§7).
-pub(super) fn infer_tag(v: &Value) -> &'static str {
+pub fn infer_tag(v: &Value) -> &'static str {
     match v {
         Value::Bool(_) => "bool",
         Value::Number(n) if n.is_i64() => "i64",

@@ -380,16 +380,7 @@ pub fn catalog() -> Vec<ReaderBug> {
                 if c.get("dtype") != Some(&Value::from("string")) {
                     return;
                 }
-                let shape: Vec<usize> = c["shape"]
-                    .as_array()
-                    .map(|s| {
-                        s.iter()
-                            .filter_map(|d| d.as_u64().map(|d| d as usize))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let rows = shape.first().copied().unwrap_or(0);
-                let width: usize = shape.iter().skip(1).product();
+                let (rows, width) = shapes::rows_and_width(&c["shape"]);
                 let Some(values) = c.get("values").and_then(Value::as_array).cloned() else {
                     return;
                 };

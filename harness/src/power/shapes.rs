@@ -168,3 +168,20 @@ pub fn normalized_mask(img: &Image) -> bool {
                 .any(|((_, _, mask), b)| *mask && b.iter().all(|&x| x == 1))
         })
 }
+
+/// A column's rows (its first axis) and the elements of one row (the
+/// product of the others), from its `shape`.
+pub fn rows_and_width(shape: &Value) -> (usize, usize) {
+    let shape: Vec<usize> = shape
+        .as_array()
+        .map(|s| {
+            s.iter()
+                .filter_map(|d| d.as_u64().map(|d| d as usize))
+                .collect()
+        })
+        .unwrap_or_default();
+    (
+        shape.first().copied().unwrap_or(0),
+        shape.iter().skip(1).product(),
+    )
+}

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use super::super::image::{Frame, Image};
+use super::super::shapes;
 use crate::inspect::Key;
 
 /// The binding's own index columns.
@@ -417,18 +418,6 @@ pub(super) fn per_step_fills(img: &Image) -> BTreeMap<String, Value> {
         .collect()
 }
 
-/// The tag a writer infers for a system meta value it was not told.
-pub(super) fn infer_tag(v: &Value) -> &'static str {
-    match v {
-        Value::Bool(_) => "bool",
-        Value::Number(n) if n.is_i64() => "i64",
-        Value::Number(n) if n.is_u64() => "u64",
-        Value::Number(_) => "f64",
-        Value::String(_) => "string",
-        _ => "json",
-    }
-}
-
 pub(super) fn header_length_in_chars(img: &mut Image) -> bool {
     let mut changed = false;
     for v in img.entries.values_mut() {
@@ -512,16 +501,7 @@ pub(super) fn string_column_major(f: &mut Frame) -> bool {
             if col.get("dtype") != Some(&Value::from("string")) {
                 continue;
             }
-            let shape: Vec<usize> = col["shape"]
-                .as_array()
-                .map(|s| {
-                    s.iter()
-                        .filter_map(|d| d.as_u64().map(|d| d as usize))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let rows = shape.first().copied().unwrap_or(0);
-            let width: usize = shape.iter().skip(1).product();
+            let (rows, width) = shapes::rows_and_width(&col["shape"]);
             if rows < 2 || width < 2 {
                 continue;
             }

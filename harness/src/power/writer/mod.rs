@@ -488,7 +488,7 @@ pub fn catalog() -> Vec<WriterBug> {
                 let Some(types) = h.get_mut("meta_types").and_then(Value::as_object_mut) else { return false };
                 let mut changed = false;
                 for (k, v) in &meta {
-                    let inferred = Value::from(infer_tag(v));
+                    let inferred = Value::from(crate::judge::infer_tag(v));
                     if types.get(k) != Some(&inferred) { types.insert(k.clone(), inferred); changed = true; }
                 }
                 changed
