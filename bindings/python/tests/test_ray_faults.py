@@ -86,20 +86,30 @@ class Pause:
             fd = os.open(self.signal + ".tmp", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
             return  # another task froze here already
+        detached, said_detached = os.pipe()
         holder = os.fork()
         if holder == 0:
-            # Of its descriptors, only the test directory's files stay
-            # open: Ray waits for the task's pipes to close.
+            # Its own session first: Ray kills a dead worker's process
+            # group, which the child must outlive. Of its descriptors,
+            # only the test directory's files stay open: Ray waits for the
+            # task's pipes to close.
             os.setsid()
             here = os.path.dirname(self.signal)
             for name in os.listdir("/proc/self/fd"):
                 try:
-                    if not os.readlink(f"/proc/self/fd/{name}").startswith(here):
+                    if int(name) != said_detached and not os.readlink(f"/proc/self/fd/{name}").startswith(here):
                         os.close(int(name))
                 except OSError:
                     pass
+            os.write(said_detached, b".")
+            os.close(said_detached)
             time.sleep(300)
             os._exit(0)
+        # The task freezes only once the child left its process group: on
+        # a busy machine the node could otherwise be lost first.
+        os.close(said_detached)
+        os.read(detached, 1)
+        os.close(detached)
         os.write(fd, json.dumps({"pid": os.getpid(), "holder": holder, "file": file}).encode())
         os.close(fd)
         os.rename(self.signal + ".tmp", self.signal)
