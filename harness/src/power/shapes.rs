@@ -185,3 +185,14 @@ pub fn rows_and_width(shape: &Value) -> (usize, usize) {
         shape.iter().skip(1).product(),
     )
 }
+
+/// A force field and a frame at global ordinal 102: `ff` is `f` followed
+/// by the byte 0x66 (102), so a reader that numbers every key starting `f`
+/// by the bytes after it takes `ff` for that frame.
+pub fn ff_over_frame_102(img: &Image) -> bool {
+    img.get(Key::ForceField).is_some()
+        && img
+            .spans()
+            .iter()
+            .any(|&(first, n)| first <= 102 && 102 < first + n)
+}

@@ -5,12 +5,16 @@
 //! Where the bug does not show in a file, `apply` hands back the
 //! conforming answer unchanged.
 
-use std::collections::BTreeMap;
+mod answers;
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value};
 
 use super::image::Image;
 use super::shapes;
+use crate::inspect::Key;
+use answers::*;
 
 /// A reader's bug and the rule it breaks.
 pub struct ReaderBug {
@@ -43,14 +47,67 @@ pub struct Stored {
     pub blocks: Vec<Vec<BTreeMap<String, u64>>>,
     /// Per record, per update: the cell it states, as stored.
     pub cells: Vec<Vec<Option<Value>>>,
+    /// The columns whose validity mask is stored at payload offset 0:
+    /// where, the block and the column. A reader that tests the offset for
+    /// truth instead of presence misses exactly these masks.
+    pub masks_at_zero: BTreeSet<(Place, String, String)>,
+}
+
+/// Which value of a file a stored column is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Place {
+    /// The index (`index`): the collection's own columns.
+    Index,
+    /// The force field (`ff`).
+    ForceField,
+    /// Record `r`'s system (`s` + u64be(r)).
+    System(usize),
+    /// Record `r`'s update at record-local ordinal `k`.
+    Update(usize, usize),
 }
 
 impl Stored {
     /// The layout of the file `image`.
     pub fn of(image: &Image) -> Stored {
         let mut out = Stored::default();
-        for span in image.spans() {
+        let mut at_zero = BTreeSet::new();
+        let mut masks = |place: Place, header: &Map<String, Value>| {
+            for (block, b) in header
+                .get("blocks")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+            {
+                for (column, c) in b
+                    .get("columns")
+                    .and_then(Value::as_object)
+                    .into_iter()
+                    .flatten()
+                {
+                    if c.get("validity").and_then(Value::as_u64) == Some(0) {
+                        at_zero.insert((place, block.clone(), column.clone()));
+                    }
+                }
+            }
+        };
+        for (place, key) in [
+            (Place::Index, Key::Index),
+            (Place::ForceField, Key::ForceField),
+        ] {
+            if let Some(f) = image.frame(key) {
+                masks(place, &f.header);
+            }
+        }
+        for r in 0..image.spans().len() {
+            if let Some(f) = image.frame(Key::System(r as u64)) {
+                masks(Place::System(r), &f.header);
+            }
+        }
+        for (r, span) in image.spans().into_iter().enumerate() {
             let headers = image.updates(span);
+            for (k, h) in headers.iter().enumerate() {
+                masks(Place::Update(r, k), h);
+            }
             out.blocks.push(
                 headers
                     .iter()
@@ -71,6 +128,7 @@ impl Stored {
                     .collect(),
             );
         }
+        out.masks_at_zero = at_zero;
         out
     }
 }
@@ -476,6 +534,185 @@ pub fn catalog() -> Vec<ReaderBug> {
             }
         ),
         bug!(
+            "refuses/ff-as-frame-102",
+            "frame keys",
+            ["lmdb.keys.exact-frame-keys", "lmdb.ff.key"],
+            "loads frames by a scan of the keys starting `f`, taking `ff` for frame 102 (0x66)",
+            // The `ff` value, read as update 102, has no `step`: the reader
+            // stops there (a crash, which fails the read trial as a refusal does).
+            Refuses(|img, _| shapes::ff_over_frame_102(img))
+        ),
+        bug!(
+            "resolve/zero-row-trailing-dropped",
+            "zero-row updates",
+            ["lmdb.frame.zero-row-empties", "column.shape"],
+            "hands back a zero-row update's columns with shape [0], without their trailing axes",
+            |v, _| frames(v, |_, _, f| {
+                for b in f
+                    .get_mut("blocks")
+                    .and_then(Value::as_object_mut)
+                    .into_iter()
+                    .flat_map(|b| b.values_mut())
+                {
+                    if b.get("count").and_then(Value::as_u64) != Some(0) {
+                        continue;
+                    }
+                    for c in b
+                        .get_mut("columns")
+                        .and_then(Value::as_object_mut)
+                        .into_iter()
+                        .flat_map(|c| c.values_mut())
+                    {
+                        c["shape"] = serde_json::json!([0]);
+                    }
+                }
+            })
+        ),
+        bug!(
+            "resolve/absent-as-empty",
+            "carry-forward of blocks",
+            ["trajectory.block.states", "lmdb.frame.resolve"],
+            "hands back every declared block at every frame, empty where it has not appeared yet",
+            absent_as_empty
+        ),
+        bug!(
+            "cell/fields-carried",
+            "cell defaults",
+            ["box.defaults", "box.trajectory-carry"],
+            "merges each stated cell into the previous one field by field, so an omitted origin or boundary keeps the previous value",
+            cell_fields_carried
+        ),
+        bug!(
+            "index/mask-dropped",
+            "own index columns",
+            ["collection.index.as-written", "mrf1.validity"],
+            "hands back own index columns without their validity masks",
+            |v, _| index_columns(v, |_, c| {
+                c.remove("validity");
+            })
+        ),
+        bug!(
+            "index/one-value-per-record",
+            "own index columns",
+            ["collection.index.as-written", "column.shape"],
+            "reads each own index column as one value per record: shape [R], its first R values",
+            |v, _| index_columns(v, |records, c| {
+                // Only a column with trailing axes changes (its values are
+                // cut to R even when each row holds one).
+                if c["shape"].as_array().is_none_or(|s| s.len() < 2) {
+                    return;
+                }
+                c.insert("shape".into(), serde_json::json!([records]));
+                if let Some(values) = c.get_mut("values").and_then(Value::as_array_mut) {
+                    values.truncate(records);
+                }
+            })
+        ),
+        bug!(
+            "per-step/nan-as-fill",
+            "fills",
+            ["trajectory.meta.required-or-fill", "lmdb.frame.meta-materialized"],
+            "hands back a stored NaN per-step value of a key with a fill as the fill",
+            |v, _| {
+                let fills = declared_meta(v, |e| e.get("fill").cloned());
+                frames(v, |_, _, f| {
+                    let Some(m) = f.get_mut("meta").and_then(Value::as_object_mut) else {
+                        return;
+                    };
+                    for (key, fill) in &fills {
+                        if m.get(key).is_none_or(|x| x == "NaN") {
+                            m.insert(key.clone(), fill.clone());
+                        }
+                    }
+                })
+            }
+        ),
+        bug!(
+            "typed/json-string-parsed",
+            "typed values",
+            ["typed-json.forms", "mrf1.meta-typed"],
+            "parses a json-tagged per-step value that is a string as JSON text",
+            |v, _| {
+                let json = declared_meta(v, |e| (e.get("dtype")? == "json").then_some(Value::Null));
+                frames(v, |_, _, f| {
+                    let Some(m) = f.get_mut("meta").and_then(Value::as_object_mut) else {
+                        return;
+                    };
+                    for key in json.keys() {
+                        let parsed = m
+                            .get(key)
+                            .and_then(Value::as_str)
+                            .and_then(|s| serde_json::from_str::<Value>(s).ok());
+                        if let Some(parsed) = parsed {
+                            m.insert(key.clone(), parsed);
+                        }
+                    }
+                })
+            }
+        ),
+        bug!(
+            "string/trailing-nul-stripped",
+            "string columns",
+            ["mrf1.string-values"],
+            "strips trailing U+0000 from string values (a NumPy `str` array)",
+            |v, _| columns(v, |c| {
+                if c.get("dtype") != Some(&Value::from("string")) {
+                    return;
+                }
+                for x in c
+                    .get_mut("values")
+                    .and_then(Value::as_array_mut)
+                    .into_iter()
+                    .flatten()
+                {
+                    if let Some(s) = x.as_str().filter(|s| s.ends_with('\0')) {
+                        *x = Value::from(s.trim_end_matches('\0'));
+                    }
+                }
+            })
+        ),
+        bug!(
+            "ff/no-tables-dropped",
+            "the force field",
+            ["collection.forcefield.round-trip", "forcefield.document"],
+            "hands back no force field when its frame has no style tables",
+            |v, _| {
+                let mut v = v.clone();
+                let tables = v
+                    .pointer("/forcefield/blocks")
+                    .and_then(Value::as_object)
+                    .is_some_and(|b| !b.is_empty());
+                if let (false, Some(o)) = (tables, v.as_object_mut()) {
+                    o.remove("forcefield");
+                }
+                v
+            }
+        ),
+        bug!(
+            "mask/at-offset-zero-ignored",
+            "validity masks",
+            ["mrf1.validity"],
+            "tests a column's `validity` offset for truth, so a mask at payload offset 0 is ignored",
+            masks_at_zero_dropped
+        ),
+        bug!(
+            "system/empty-dropped",
+            "records' systems",
+            ["lmdb.system.key", "collection.record.system-or-trajectory"],
+            "hands back no system for a system frame with no block, no meta and no cell",
+            |v, _| records(v, |rec| {
+                let Some(sys) = rec.get("system") else {
+                    return;
+                };
+                let empty = |k: &str| sys.get(k).and_then(Value::as_object).is_none_or(Map::is_empty);
+                if empty("blocks") && empty("meta") && sys.get("box").is_none() {
+                    if let Some(r) = rec.as_object_mut() {
+                        r.remove("system");
+                    }
+                }
+            })
+        ),
+        bug!(
             "refuses/normalized-mask",
             "validity masks",
             ["column.validity.normalized"],
@@ -514,255 +751,4 @@ pub fn catalog() -> Vec<ReaderBug> {
             Refuses(|img, _| shapes::missing_part(img))
         ),
     ]
-}
-
-fn records(v: &Value, mut edit: impl FnMut(&mut Value)) -> Value {
-    let mut v = v.clone();
-    for rec in v["records"].as_array_mut().into_iter().flatten() {
-        edit(rec);
-    }
-    v
-}
-
-/// Each trajectory frame, with its record and ordinal in the record.
-fn frames(v: &Value, mut edit: impl FnMut(usize, usize, &mut Map<String, Value>)) -> Value {
-    let mut v = v.clone();
-    for (r, rec) in v["records"]
-        .as_array_mut()
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        let fs = rec
-            .pointer_mut("/trajectory/frames")
-            .and_then(Value::as_array_mut);
-        for (k, f) in fs.into_iter().flatten().enumerate() {
-            if let Some(f) = f.as_object_mut() {
-                edit(r, k, f);
-            }
-        }
-    }
-    v
-}
-
-/// Every column of every block (systems, updates, index, force field).
-fn columns(v: &Value, mut edit: impl FnMut(&mut Map<String, Value>)) -> Value {
-    fn walk(v: &mut Value, edit: &mut dyn FnMut(&mut Map<String, Value>)) {
-        match v {
-            Value::Object(m) => {
-                if m.contains_key("dtype") && m.contains_key("values") {
-                    edit(m);
-                    return;
-                }
-                m.values_mut().for_each(|x| walk(x, edit));
-            }
-            Value::Array(a) => a.iter_mut().for_each(|x| walk(x, edit)),
-            _ => {}
-        }
-    }
-    let mut v = v.clone();
-    walk(&mut v, &mut edit);
-    v
-}
-
-fn system_blocks(v: &Value, mut edit: impl FnMut(&mut Map<String, Value>)) -> Value {
-    records(v, |rec| {
-        let blocks = rec
-            .pointer_mut("/system/blocks")
-            .and_then(Value::as_object_mut);
-        for b in blocks.into_iter().flat_map(|b| b.values_mut()) {
-            if let Some(b) = b.as_object_mut() {
-                edit(b);
-            }
-        }
-    })
-}
-
-/// Every number and string leaf replaced where `map` says.
-fn map_numbers(v: &Value, map: &mut dyn FnMut(&Value) -> Option<Value>) -> Value {
-    match v {
-        Value::Object(m) => Value::Object(
-            m.iter()
-                .map(|(k, x)| (k.clone(), map_numbers(x, map)))
-                .collect(),
-        ),
-        Value::Array(a) => Value::Array(a.iter().map(|x| map_numbers(x, map)).collect()),
-        leaf => map(leaf).unwrap_or_else(|| leaf.clone()),
-    }
-}
-
-fn across_records(v: &Value, s: &Stored, cell: bool) -> Value {
-    let mut v = v.clone();
-    let mut carried: Map<String, Value> = Map::new();
-    let mut carried_cell: Option<Value> = None;
-    for (r, rec) in v["records"]
-        .as_array_mut()
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        let Some(fs) = rec
-            .pointer_mut("/trajectory/frames")
-            .and_then(Value::as_array_mut)
-        else {
-            continue;
-        };
-        if fs.is_empty() {
-            continue;
-        }
-        let held = s.blocks.get(r);
-        let mut seen: Vec<String> = Vec::new();
-        let mut cell_seen = false;
-        for (k, f) in fs.iter_mut().enumerate() {
-            let Some(f) = f.as_object_mut() else { continue };
-            if cell {
-                cell_seen |= s
-                    .cells
-                    .get(r)
-                    .and_then(|c| c.get(k))
-                    .is_some_and(Option::is_some);
-                if !cell_seen {
-                    if let Some(c) = &carried_cell {
-                        f.insert("box".into(), c.clone());
-                    }
-                }
-            } else {
-                for name in held
-                    .and_then(|u| u.get(k))
-                    .into_iter()
-                    .flat_map(|b| b.keys())
-                {
-                    seen.push(name.clone());
-                }
-                if let Some(b) = f.get_mut("blocks").and_then(Value::as_object_mut) {
-                    for (name, block) in &carried {
-                        if !seen.contains(name) {
-                            b.insert(name.clone(), block.clone());
-                        }
-                    }
-                }
-            }
-        }
-        if let Some(last) = fs.last().and_then(Value::as_object) {
-            if let Some(b) = last.get("blocks").and_then(Value::as_object) {
-                carried = b.clone();
-            }
-            carried_cell = last.get("box").cloned().or(carried_cell);
-        }
-    }
-    v
-}
-
-fn zero_rows(v: &Value, s: &Stored, absent: bool) -> Value {
-    let mut v = v.clone();
-    for (r, rec) in v["records"]
-        .as_array_mut()
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        let Some(fs) = rec
-            .pointer_mut("/trajectory/frames")
-            .and_then(Value::as_array_mut)
-        else {
-            continue;
-        };
-        // The buggy reader's idea of each block.
-        let mut state: Map<String, Value> = Map::new();
-        for (k, f) in fs.iter_mut().enumerate() {
-            let held = s
-                .blocks
-                .get(r)
-                .and_then(|u| u.get(k))
-                .cloned()
-                .unwrap_or_default();
-            let Some(b) = f.get_mut("blocks").and_then(Value::as_object_mut) else {
-                continue;
-            };
-            for (name, count) in &held {
-                if *count == 0 {
-                    if absent {
-                        state.remove(name);
-                    }
-                } else if let Some(block) = b.get(name) {
-                    state.insert(name.clone(), block.clone());
-                }
-            }
-            let names: Vec<String> = b.keys().cloned().collect();
-            for name in names {
-                match state.get(&name) {
-                    Some(block) => {
-                        b.insert(name.clone(), block.clone());
-                    }
-                    None => {
-                        b.remove(&name);
-                    }
-                }
-            }
-        }
-    }
-    v
-}
-
-/// f64 values of columns with a declared precision (the schema's, or a
-/// column's own) rounded again to the precision's quantum.
-fn reround(v: &Value, _: &Stored) -> Value {
-    let quantum = |p: f64| {
-        let mut q = 2f64.powi(p.log2().floor() as i32);
-        while q > p {
-            q /= 2.0;
-        }
-        q
-    };
-    let schema = v
-        .pointer("/sequence_schema/blocks")
-        .cloned()
-        .unwrap_or_default();
-    let round = |c: &mut Map<String, Value>, p: f64| {
-        let q = quantum(p);
-        if let Some(values) = c.get_mut("values").and_then(Value::as_array_mut) {
-            for x in values.iter_mut() {
-                if let Some(f) = x.as_f64().filter(|f| f.is_finite() && x.is_f64()) {
-                    let r = (f / q).round_ties_even() * q;
-                    *x = Value::from(r);
-                }
-            }
-        }
-    };
-    let mut v = columns(v, |c| {
-        if let Some(p) = c.get("precision").and_then(Value::as_f64) {
-            round(c, p);
-        }
-    });
-    for rec in v["records"].as_array_mut().into_iter().flatten() {
-        for f in rec
-            .pointer_mut("/trajectory/frames")
-            .and_then(Value::as_array_mut)
-            .into_iter()
-            .flatten()
-        {
-            for (name, b) in f
-                .get_mut("blocks")
-                .and_then(Value::as_object_mut)
-                .into_iter()
-                .flatten()
-            {
-                for (col, c) in b
-                    .get_mut("columns")
-                    .and_then(Value::as_object_mut)
-                    .into_iter()
-                    .flatten()
-                {
-                    let p = schema
-                        .get(name)
-                        .and_then(|s| s.pointer(&format!("/columns/{col}/precision")))
-                        .and_then(Value::as_f64);
-                    if let (Some(p), Some(c)) = (p, c.as_object_mut()) {
-                        round(c, p);
-                    }
-                }
-            }
-        }
-    }
-    v
 }
