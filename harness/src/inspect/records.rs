@@ -315,6 +315,27 @@ fn check_update_blocks(
                             format!("{col_label} carries a mask; the declaration does not make it nullable"),
                         );
                     }
+                    // The declaration's trailing shape is every update's,
+                    // a zero-row one's too (ragged.md: a zero-row update
+                    // resolves to "the declared columns and zero rows").
+                    let trailing = d
+                        .get("trailing")
+                        .and_then(Value::as_array)
+                        .map_or(&[][..], Vec::as_slice);
+                    let stored = entry
+                        .get("shape")
+                        .and_then(Value::as_array)
+                        .and_then(|s| s.get(1..));
+                    if stored.is_some_and(|s| s != trailing) {
+                        out.push(
+                            clause::RECORD_SUBSET,
+                            format!(
+                                "{col_label} has trailing axes {}, declared {}",
+                                Value::from(stored.unwrap_or_default().to_vec()),
+                                Value::from(trailing.to_vec())
+                            ),
+                        );
+                    }
                     let (want, got) = (d.get("dtype"), entry.get("dtype"));
                     if want != got {
                         out.push(

@@ -522,3 +522,57 @@ pub(super) fn string_column_major(f: &mut Frame) -> bool {
     }
     changed
 }
+
+/// Each zero-row column with trailing axes given the shape `[0]`, as a
+/// writer that infers an empty column's shape from its values would.
+pub(super) fn zero_row_shape_flat(f: &mut Frame) -> bool {
+    let mut changed = false;
+    for block in f
+        .header
+        .get_mut("blocks")
+        .and_then(Value::as_object_mut)
+        .into_iter()
+        .flat_map(|b| b.values_mut())
+    {
+        for col in block
+            .get_mut("columns")
+            .and_then(Value::as_object_mut)
+            .into_iter()
+            .flat_map(|c| c.values_mut())
+        {
+            let Some(shape) = col.get_mut("shape").and_then(Value::as_array_mut) else {
+                continue;
+            };
+            if shape.len() > 1 && shape[0].as_u64() == Some(0) {
+                shape.truncate(1);
+                changed = true;
+            }
+        }
+    }
+    changed
+}
+
+/// The index's own columns without their validity masks (the values under
+/// null rows kept); whether a mask had a null row.
+pub(super) fn own_index_masks_dropped(f: &mut Frame) -> bool {
+    let mut any_null = false;
+    for column in columns_of(f, "records") {
+        if BINDING.contains(&column.as_str()) {
+            continue;
+        }
+        if let Some(mask) = f.buffers.remove(&("records".into(), column.clone(), true)) {
+            any_null |= mask.contains(&0);
+        }
+        if let Some(entry) = f
+            .header
+            .get_mut("blocks")
+            .and_then(|b| b.get_mut("records"))
+            .and_then(|b| b.get_mut("columns"))
+            .and_then(|c| c.get_mut(&column))
+            .and_then(Value::as_object_mut)
+        {
+            entry.remove("validity");
+        }
+    }
+    any_null
+}

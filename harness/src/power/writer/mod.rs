@@ -8,12 +8,14 @@ use serde_json::Value;
 
 mod edits;
 mod records;
+mod values;
 
 use super::image::{EnvLayout, Image};
 use super::{shapes, Trace};
 use crate::inspect::Key;
 use edits::*;
 use records::*;
+use values::*;
 
 /// A writer's bug and the trace it leaves.
 pub struct WriterBug {
@@ -185,6 +187,15 @@ pub fn catalog() -> Vec<WriterBug> {
         bug!("meta/schema-from-first-record", Meta, ["collection.schema.derived-union"], false,
             "derives `sequence_schema` from the first record with frames only",
             EditGiven(schema_from_first_record)),
+        bug!("meta/derived-block-props-dropped", Meta, ["collection.schema.derived-union", "trajectory.block.targets-declared", "trajectory.block.structural-shape-fixed"], false,
+            "derives `sequence_schema` without the blocks' targets and structural shapes",
+            // A given declaration is written as given: only a derived one
+            // loses them.
+            EditGiven(|img, fixture| fixture.get("sequence_schema").is_none()
+                && edit_schema_entries(img, "blocks", |b| {
+                    let targets = b.remove("targets").is_some_and(|t| !t.is_null());
+                    b.remove("structural_shape").is_some_and(|t| !t.is_null()) | targets
+                }))),
         bug!("meta/ff-document-keys-dropped", Meta, ["collection.forcefield.round-trip", "collection.conformance.forcefield"], false,
             "keeps only `name`, `units`, `styles` and `source` of the force-field document",
             |img| edit_ff(img, |f| {
@@ -259,6 +270,9 @@ pub fn catalog() -> Vec<WriterBug> {
         bug!("index/own-precision-dropped", Index, ["column.precision.placement"], false,
             "leaves an own index column's precision out of its header",
             |img| edit_index(img, |f| drop_column_keys(f, "precision"))),
+        bug!("index/own-masks-dropped", Index, ["mrf1.validity", "collection.index.as-written"], false,
+            "writes the own index columns without their validity masks",
+            |img| edit_index(img, own_index_masks_dropped)),
         // Frame headers and bytes.
         bug!("header/step-as-string", Header, ["typed-json.forms", "mrf1.step-time-typed"], true,
             "writes every step as a decimal string",
@@ -367,6 +381,12 @@ pub fn catalog() -> Vec<WriterBug> {
                     attributes.as_object_mut().is_some_and(|a| a.insert("units".into(), units.clone()).is_none())
                 })
             }),
+        bug!("header/f64-15-digits", Header, ["lmdb.model.same-content", "typed-json.forms"], false,
+            "prints typed f64 header values (per-step values and fills, `time`, the cell, system meta) with 15 significant digits",
+            f64_15_digits),
+        bug!("header/zero-row-trailing-dropped", Header, ["column.shape", "collection.schema.record-subset"], true,
+            "writes a zero-row column with shape `[0]`, without its trailing axes",
+            |img| edit_frames(img, zero_row_shape_flat)),
         // Per-step keys and fills.
         bug!("per-step/fill-not-materialized", PerStep, ["lmdb.frame.meta-materialized"], true,
             "leaves out a per-step key whose value is its fill",
@@ -399,6 +419,9 @@ pub fn catalog() -> Vec<WriterBug> {
         bug!("placement/time-when-none", Placement, ["lmdb.frame.time"], false,
             "writes `time: 0.0` on updates of a trajectory without times",
             |img| img.edit_headers(b'f', |h| !h.contains_key("time") && h.insert("time".into(), Value::from(0.0)).is_none())),
+        bug!("placement/time-from-first-trajectory", Placement, ["lmdb.frame.time"], false,
+            "writes `time` only when the collection's first trajectory with frames has times",
+            time_from_first_trajectory),
         bug!("placement/step-is-ordinal", Placement, ["lmdb.frame.step"], false,
             "writes the record-local ordinal as the step",
             |img| per_record(img, |_, ups| ups.iter_mut().enumerate().fold(false, |c, (k, h)| {
@@ -425,6 +448,9 @@ pub fn catalog() -> Vec<WriterBug> {
         bug!("placement/box-across-records", Placement, ["lmdb.frame.box-on-change"], false,
             "carries the cell across records: a record's first update leaves out a cell equal to the previous record's",
             box_across_records),
+        bug!("placement/box-boundary-change-missed", Placement, ["lmdb.frame.box-on-change", "box.trajectory-carry"], false,
+            "does not write a cell whose boundary alone changed",
+            boundary_change_missed),
         bug!("placement/blocks-across-records", Placement, ["lmdb.frame.no-cross-record", "lmdb.frame.first-restates", "lmdb.model.same-content"], false,
             "carries blocks across records: a record's first update leaves out a block equal to the previous record's",
             blocks_across_records),
@@ -442,6 +468,9 @@ pub fn catalog() -> Vec<WriterBug> {
                 b.retain(|_, e| e.get("count") != Some(&Value::from(0)));
                 (b.len() != before) | c
             }))),
+        bug!("placement/reappear-after-empty", Placement, ["lmdb.frame.zero-row-empties", "trajectory.block.states", "lmdb.model.same-content"], false,
+            "does not remember a zero-row update: a block presented again with its rows from before it was emptied is not written",
+            EditGiven(reappear_after_empty)),
         bug!("placement/omission-as-zero-row", Placement, ["trajectory.block.states"], false,
             "writes a zero-row update at a record's first frame for each declared block it does not present",
             omission_as_zero_row),
@@ -496,6 +525,9 @@ pub fn catalog() -> Vec<WriterBug> {
         bug!("meta-types/numbers-as-f64", MetaTypes, ["meta.tag.inference"], false,
             "infers f64 for every untagged number (an integer's tag is i64 or u64)",
             EditGiven(numbers_as_f64)),
+        bug!("meta-types/special-strings-as-f64", MetaTypes, ["meta.tag.inference", "mrf1.meta-types"], false,
+            "tags an untagged system meta string `NaN`, `Infinity` or `-Infinity` f64",
+            EditGiven(special_strings_as_f64)),
         // Precision placement.
         bug!("precision/on-updates", Precision, ["column.precision.placement"], true,
             "states the declared precision on trajectory update columns",
@@ -506,6 +538,12 @@ pub fn catalog() -> Vec<WriterBug> {
         bug!("precision/off-grid", Precision, ["column.precision.rounding"], false,
             "stores values a unit in the last place off the declared precision's grid",
             off_grid),
+        bug!("precision/negative-zero-lost", Precision, ["column.precision.rounding"], false,
+            "rounds through an integer (`llrint(x / q) * q`), storing -0.0 as 0.0",
+            negative_zero_lost),
+        bug!("precision/quantum-log2", Precision, ["column.precision.rounding"], false,
+            "takes the quantum as `2 ** floor(log2(p))`, above p where `log2` rounds a p one ulp below a power of two up to its exponent",
+            EditGiven(quantum_from_log2)),
         // Validity masks.
         bug!("mask/dropped", Mask, ["mrf1.validity"], false,
             "writes no validity mask",
