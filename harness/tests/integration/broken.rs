@@ -543,6 +543,13 @@ fn a_writer_carrying_a_block_across_records_is_caught() {
                     | "records-different-subsets"
                     | "cells-across-records-and-masks"
                     | "time-second-record"
+                    | "ff-empty-frame-102-second-record"
+                    | "step-meta-nan-fill-json-string-later"
+                    | "box-boundary-change-later-record"
+                    | "reappear-after-empty-twice"
+                    | "zero-row-trailing-two-axes"
+                    | "index-nullable-trailing"
+                    | "derived-targets-shape-later"
             )
     });
     caught_twice(
