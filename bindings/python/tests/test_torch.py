@@ -208,18 +208,3 @@ def test_the_state_between_epochs_and_what_is_refused(path: Path) -> None:
         mrec.Loader(ds, sampler(ds), in_order=False)
     with pytest.raises(TypeError, match="FrameSampler"):
         mrec.Loader(ds, [[0, 1]])
-
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pipe sizes are Linux's (F_GETPIPE_SZ)")
-def test_batches_come_through_a_pipe_wide_enough_for_one(path: Path) -> None:
-    """The workers' result pipe holds 1 MiB (a batch of a few hundred KiB
-    in one write and one read), not the default 64 KiB; the batches are
-    the epoch's all the same."""
-    import fcntl
-
-    ds = mrec.Structures(path, tensors="torch")
-    it = iter(loader(ds, 2, "fork"))
-    pipe = it._inner._worker_result_queue._reader.fileno()
-    assert fcntl.fcntl(pipe, getattr(fcntl, "F_GETPIPE_SZ", 1032)) >= 1 << 20
-    check_epoch(ds, take(it), epoch_of(ds, 0))

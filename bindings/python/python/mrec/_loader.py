@@ -17,16 +17,12 @@ arrays, and the tensors are made in the main process over the arrays it
 received (``torch.from_numpy``, no copy). A tensor a worker returns goes
 through a shared-memory file of its own (made, filled, sent, mapped), which
 for a batch's dozen small arrays costs several times what pickling them
-does (``python -m mrec.bench_torch``). The pipe the workers' batches come
-through is widened to hold a whole batch (Linux, ``F_SETPIPE_SZ``): through
-the default 64 KiB a batch of a few hundred KiB takes several reads, each
-waiting for the worker to be scheduled and write more. Imports torch
-(``mrec`` itself does not: ``mrec.Loader`` is looked up when first used).
+does (``python -m mrec.bench_torch``). Imports torch (``mrec`` itself does
+not: ``mrec.Loader`` is looked up when first used).
 """
 
 from __future__ import annotations
 
-import fcntl
 import functools
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional
 
@@ -93,7 +89,6 @@ class Loader(torch.utils.data.DataLoader):
         sampler: FrameSampler = self.batch_sampler
         epoch, start = sampler.epoch, sampler._start
         inner = super().__iter__()
-        _widen_result_pipe(inner)
         convert = None
         if self._tensors_here:
             pinned = getattr(inner, "_pin_memory", False)
@@ -118,25 +113,6 @@ class Loader(torch.utils.data.DataLoader):
         says what is refused)."""
         self.batch_sampler.load_state_dict(state)
         self._iteration = None
-
-
-# fcntl's F_SETPIPE_SZ (Linux; Python exposes it from 3.10).
-_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
-_RESULT_PIPE_BYTES = 1 << 20  # Linux's default pipe-max-size for a user
-
-
-def _widen_result_pipe(iterator: Any) -> None:
-    """Widens the pipe of a multi-process ``DataLoader`` iterator's result
-    queue, where the system allows (elsewhere it stays as it is: batches
-    only take more reads)."""
-    queue = getattr(iterator, "_worker_result_queue", None)
-    reader = getattr(queue, "_reader", None)
-    if reader is None:
-        return
-    try:
-        fcntl.fcntl(reader.fileno(), _F_SETPIPE_SZ, _RESULT_PIPE_BYTES)
-    except (OSError, ValueError):
-        pass
 
 
 class _Counted:
