@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use super::{Place, Stored};
+use super::stored::{Place, Stored};
 
 /// Each record.
 pub(super) fn records(v: &Value, mut edit: impl FnMut(&mut Value)) -> Value {
