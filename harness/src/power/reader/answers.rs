@@ -41,6 +41,26 @@ pub(super) fn frames(
     v
 }
 
+/// Each record's trajectory frames, with the record's position (records
+/// without a trajectory skipped).
+pub(super) fn trajectories(v: &Value, mut edit: impl FnMut(usize, &mut Vec<Value>)) -> Value {
+    let mut v = v.clone();
+    for (r, rec) in v["records"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        if let Some(fs) = rec
+            .pointer_mut("/trajectory/frames")
+            .and_then(Value::as_array_mut)
+        {
+            edit(r, fs);
+        }
+    }
+    v
+}
+
 /// Every column of every block (systems, updates, index, force field).
 pub(super) fn columns(v: &Value, mut edit: impl FnMut(&mut Map<String, Value>)) -> Value {
     fn walk(v: &mut Value, edit: &mut dyn FnMut(&mut Map<String, Value>)) {
@@ -91,23 +111,11 @@ pub(super) fn map_numbers(v: &Value, map: &mut dyn FnMut(&Value) -> Option<Value
 /// Blocks (or, with `cell`, the cell) carried from one record's last
 /// frame into the next record's frames until it states its own.
 pub(super) fn across_records(v: &Value, s: &Stored, cell: bool) -> Value {
-    let mut v = v.clone();
     let mut carried: Map<String, Value> = Map::new();
     let mut carried_cell: Option<Value> = None;
-    for (r, rec) in v["records"]
-        .as_array_mut()
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        let Some(fs) = rec
-            .pointer_mut("/trajectory/frames")
-            .and_then(Value::as_array_mut)
-        else {
-            continue;
-        };
+    trajectories(v, |r, fs| {
         if fs.is_empty() {
-            continue;
+            return;
         }
         let held = s.blocks.get(r);
         let mut seen: Vec<String> = Vec::new();
@@ -146,28 +154,17 @@ pub(super) fn across_records(v: &Value, s: &Stored, cell: bool) -> Value {
             if let Some(b) = last.get("blocks").and_then(Value::as_object) {
                 carried = b.clone();
             }
-            carried_cell = last.get("box").cloned().or(carried_cell);
+            if let Some(c) = last.get("box") {
+                carried_cell = Some(c.clone());
+            }
         }
-    }
-    v
+    })
 }
 
 /// A zero-row update taken for no change, or (`absent`) for the block's
 /// absence, instead of an emptied block.
 pub(super) fn zero_rows(v: &Value, s: &Stored, absent: bool) -> Value {
-    let mut v = v.clone();
-    for (r, rec) in v["records"]
-        .as_array_mut()
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        let Some(fs) = rec
-            .pointer_mut("/trajectory/frames")
-            .and_then(Value::as_array_mut)
-        else {
-            continue;
-        };
+    trajectories(v, |r, fs| {
         // The buggy reader's idea of each block.
         let mut state: Map<String, Value> = Map::new();
         for (k, f) in fs.iter_mut().enumerate() {
@@ -201,8 +198,7 @@ pub(super) fn zero_rows(v: &Value, s: &Stored, absent: bool) -> Value {
                 }
             }
         }
-    }
-    v
+    })
 }
 
 /// f64 values of columns with a declared precision (the schema's, or a
@@ -374,19 +370,7 @@ fn spelled_out(raw: &Map<String, Value>) -> Map<String, Value> {
 /// differs from the stated cell spelled out, the merged fields replace the
 /// answer's, at that frame and the frames that carry its cell.
 pub(super) fn cell_fields_carried(v: &Value, s: &Stored) -> Value {
-    let mut v = v.clone();
-    for (r, rec) in v["records"]
-        .as_array_mut()
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        let Some(fs) = rec
-            .pointer_mut("/trajectory/frames")
-            .and_then(Value::as_array_mut)
-        else {
-            continue;
-        };
+    trajectories(v, |r, fs| {
         let mut merged: Map<String, Value> = Map::new();
         // The buggy cell in effect, when it differs from the stated one.
         let mut wrong: Option<Map<String, Value>> = None;
@@ -402,8 +386,7 @@ pub(super) fn cell_fields_carried(v: &Value, s: &Stored) -> Value {
                 b.extend(buggy.clone());
             }
         }
-    }
-    v
+    })
 }
 
 /// Columns whose mask is stored at payload offset 0 handed back without
