@@ -310,24 +310,27 @@ pub(super) fn set_column_key(
     entry.insert(key.into(), v.clone()).as_ref() != Some(&v)
 }
 
-/// Removes `key` from every column entry of the frame; whether one had it.
-pub(super) fn drop_column_keys(f: &mut Frame, key: &str) -> bool {
-    let mut changed = false;
-    for block in f
-        .header
+/// Every column entry of a frame's header, across its blocks.
+pub(super) fn column_entries(f: &mut Frame) -> impl Iterator<Item = &mut Value> {
+    f.header
         .get_mut("blocks")
         .and_then(Value::as_object_mut)
         .into_iter()
         .flat_map(|b| b.values_mut())
-    {
-        for col in block
-            .get_mut("columns")
-            .and_then(Value::as_object_mut)
-            .into_iter()
-            .flat_map(|c| c.values_mut())
-        {
-            changed |= col.as_object_mut().is_some_and(|c| c.remove(key).is_some());
-        }
+        .flat_map(|block| {
+            block
+                .get_mut("columns")
+                .and_then(Value::as_object_mut)
+                .into_iter()
+                .flat_map(|c| c.values_mut())
+        })
+}
+
+/// Removes `key` from every column entry of the frame; whether one had it.
+pub(super) fn drop_column_keys(f: &mut Frame, key: &str) -> bool {
+    let mut changed = false;
+    for col in column_entries(f) {
+        changed |= col.as_object_mut().is_some_and(|c| c.remove(key).is_some());
     }
     changed
 }
@@ -527,26 +530,13 @@ pub(super) fn string_column_major(f: &mut Frame) -> bool {
 /// writer that infers an empty column's shape from its values would.
 pub(super) fn zero_row_shape_flat(f: &mut Frame) -> bool {
     let mut changed = false;
-    for block in f
-        .header
-        .get_mut("blocks")
-        .and_then(Value::as_object_mut)
-        .into_iter()
-        .flat_map(|b| b.values_mut())
-    {
-        for col in block
-            .get_mut("columns")
-            .and_then(Value::as_object_mut)
-            .into_iter()
-            .flat_map(|c| c.values_mut())
-        {
-            let Some(shape) = col.get_mut("shape").and_then(Value::as_array_mut) else {
-                continue;
-            };
-            if shape.len() > 1 && shape[0].as_u64() == Some(0) {
-                shape.truncate(1);
-                changed = true;
-            }
+    for col in column_entries(f) {
+        let Some(shape) = col.get_mut("shape").and_then(Value::as_array_mut) else {
+            continue;
+        };
+        if shape.len() > 1 && shape[0].as_u64() == Some(0) {
+            shape.truncate(1);
+            changed = true;
         }
     }
     changed

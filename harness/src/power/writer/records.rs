@@ -514,26 +514,13 @@ pub(super) fn reverse_records(img: &mut Image) -> bool {
             *bytes = bytes.chunks_exact(row).rev().flatten().copied().collect();
         }
     }
-    for block in index
-        .header
-        .get_mut("blocks")
-        .and_then(Value::as_object_mut)
-        .into_iter()
-        .flat_map(|b| b.values_mut())
-    {
-        for col in block
-            .get_mut("columns")
-            .and_then(Value::as_object_mut)
-            .into_iter()
-            .flat_map(|c| c.values_mut())
-        {
-            if let Some(values) = col.get_mut("values").and_then(Value::as_array_mut) {
-                let row = values.len() / n;
-                if row > 0 {
-                    let reversed: Vec<Value> =
-                        values.chunks_exact(row).rev().flatten().cloned().collect();
-                    *values = reversed;
-                }
+    for col in column_entries(&mut index) {
+        if let Some(values) = col.get_mut("values").and_then(Value::as_array_mut) {
+            let row = values.len() / n;
+            if row > 0 {
+                let reversed: Vec<Value> =
+                    values.chunks_exact(row).rev().flatten().cloned().collect();
+                *values = reversed;
             }
         }
     }
