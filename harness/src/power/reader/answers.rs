@@ -22,23 +22,13 @@ pub(super) fn frames(
     v: &Value,
     mut edit: impl FnMut(usize, usize, &mut Map<String, Value>),
 ) -> Value {
-    let mut v = v.clone();
-    for (r, rec) in v["records"]
-        .as_array_mut()
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        let fs = rec
-            .pointer_mut("/trajectory/frames")
-            .and_then(Value::as_array_mut);
-        for (k, f) in fs.into_iter().flatten().enumerate() {
+    trajectories(v, |r, fs| {
+        for (k, f) in fs.iter_mut().enumerate() {
             if let Some(f) = f.as_object_mut() {
                 edit(r, k, f);
             }
         }
-    }
-    v
+    })
 }
 
 /// Each record's trajectory frames, with the record's position (records

@@ -310,6 +310,14 @@ pub(super) fn set_column_key(
     entry.insert(key.into(), v.clone()).as_ref() != Some(&v)
 }
 
+/// The fixture's records (none when it has no `records` array).
+pub(super) fn fixture_records(fixture: &Value) -> &[Value] {
+    fixture
+        .get("records")
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
 /// Every column entry of a frame's header, across its blocks.
 pub(super) fn column_entries(f: &mut Frame) -> impl Iterator<Item = &mut Value> {
     f.header

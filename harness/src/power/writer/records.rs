@@ -648,11 +648,7 @@ pub(super) fn aligned_not_restated(img: &mut Image) -> bool {
 /// System meta values the fixture leaves untagged and gives as integers,
 /// tagged and written as f64.
 pub(super) fn numbers_as_f64(img: &mut Image, fixture: &Value) -> bool {
-    let records = fixture
-        .get("records")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let records = fixture_records(fixture);
     let mut changed = false;
     for (r, record) in records.iter().enumerate() {
         let Some(system) = record.get("system") else {
@@ -758,11 +754,7 @@ fn copy_block(f: &Frame, name: &str) -> Option<BlockCopy> {
 /// zero-row presentation of a block already empty). Shows where a block
 /// was left out.
 pub(super) fn reappear_after_empty(img: &mut Image, fixture: &Value) -> bool {
-    let records = fixture
-        .get("records")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let records = fixture_records(fixture);
     let count = |e: &Value| e.get("count").and_then(Value::as_u64);
     let mut shows = false;
     for (r, (first, n)) in img.spans().into_iter().enumerate() {

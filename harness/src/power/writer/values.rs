@@ -342,11 +342,7 @@ pub(super) fn f64_15_digits(img: &mut Image) -> bool {
 /// `-Infinity` tagged f64 (the per-step inference reused): the stored
 /// value is that string, read back as a real.
 pub(super) fn special_strings_as_f64(img: &mut Image, fixture: &Value) -> bool {
-    let records = fixture
-        .get("records")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let records = fixture_records(fixture);
     let mut changed = false;
     for (r, record) in records.iter().enumerate() {
         let Some(system) = record.get("system") else {
