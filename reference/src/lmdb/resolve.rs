@@ -543,6 +543,9 @@ pub(super) fn block_declaration<'s>(
     block: &LayoutBlock,
 ) -> Result<&'s BlockDecl> {
     let decl = validate::trajectory_block_decl(schema, &block.name, block.count)?;
+    // A header's own shape multiplies to its count (none on an update that
+    // empties the block), as the writer's `prepare_update` checks first.
+    validate::check_shape_product(block.head.structural_shape.as_deref(), block.count, "")?;
     // A header restating the declaration's shape or targets states the
     // declared ones; the declared shape's product is the count (above).
     validate::check_declared_head(

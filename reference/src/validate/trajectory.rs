@@ -275,6 +275,11 @@ pub(super) fn prepare_update(
     rounds: bool,
 ) -> Result<()> {
     let decl = trajectory_block_decl(schema, name, block.count)?;
+    // The shape an update presents multiplies to its own count, as any
+    // block's does: a zero-row update that states a shape is refused here,
+    // before its shape is replaced by the declaration's (none, on an
+    // update that empties the block).
+    check_shape_product(block.structural_shape.as_deref(), block.count, "")?;
     take_declared_head(block, decl)?;
     if name == "box" {
         refuse!(
@@ -283,7 +288,6 @@ pub(super) fn prepare_update(
             "block name `box` is reserved in a frame"
         );
     }
-    check_shape_product(block.structural_shape.as_deref(), block.count, "")?;
     match column_sets.get(name) {
         Some(first)
             if first.len() != block.columns.len()
