@@ -72,6 +72,8 @@ pub mod clause {
     pub const FRAME_FIRST_RESTATES: &str = "lmdb.frame.first-restates";
     /// The cell is stated where it changes: at a record's first frame too.
     pub const BOX_ON_CHANGE: &str = "lmdb.frame.box-on-change";
+    /// A writer stores the value it was handed under a null row.
+    pub const NULL_ROW_VALUE: &str = "column.validity.null-value";
     /// An `r` value is a JSON object.
     pub const RECORD_META_JSON: &str = "lmdb.record.meta-json";
     /// Every key is one of the scheme's.
@@ -552,6 +554,15 @@ fn check_content(db: Database<Bytes, Bytes>, rtxn: &RoTxn, fixture: &Value, out:
         Ok(read) => read,
         Err(finding) => return out.push(&finding.clause, finding.message),
     };
+    for d in crate::judge::null_row_differences(fixture, &read) {
+        out.push(
+            clause::NULL_ROW_VALUE,
+            format!(
+                "the value under a null row is not carried as written at {}: the fixture has {}, the file {}",
+                d.path, d.expected, d.actual
+            ),
+        );
+    }
     match crate::judge::compare_file(fixture, &read) {
         Ok(differences) => {
             for d in differences {

@@ -26,6 +26,8 @@ pub mod clause {
     pub const FITS_TAG: &str = "typed-json.fits-tag";
     /// A typed value is in the one form a writer writes for its tag.
     pub const FORMS: &str = "typed-json.forms";
+    /// A typed integer beyond ±2^53 is its decimal string (a decision).
+    pub const BIG_INT_STRING: &str = "typed-json.forms.big-int-string";
     /// No `precision` on a trajectory update's columns.
     pub const PRECISION_PLACEMENT: &str = "column.precision.placement";
     /// Targets an update states are the declaration's.
@@ -474,6 +476,8 @@ pub(super) fn check_typed(tag: &str, value: &Value, at: &str, out: &mut Findings
         out.push(clause::FITS_TAG, e);
     } else if let Err(e) = crate::judge::check_typed_form(tag, value, at) {
         out.push(clause::FORMS, e);
+    } else if let Err(e) = crate::judge::check_big_integer_form(tag, value, at) {
+        out.push(clause::BIG_INT_STRING, e);
     }
 }
 

@@ -27,6 +27,7 @@
 //! - an optional key given as `null` is read as absent; an unknown key is refused.
 
 mod logical;
+mod null_rows;
 mod typed;
 
 #[cfg(test)]
@@ -136,6 +137,15 @@ pub fn check_typed_form(tag: &str, v: &Value, path: &str) -> Result<(), String> 
     }
 }
 
+/// `Err` when a typed integer beyond ±2^53 is a JSON number, not its
+/// decimal string (a decision: readers accept both, writers write one).
+pub fn check_big_integer_form(tag: &str, v: &Value, path: &str) -> Result<(), String> {
+    match typed::big_integer_as_number(tag, v) {
+        Some(problem) => Err(format!("{path}: {problem}")),
+        None => Ok(()),
+    }
+}
+
 /// The expected logical content of a fixture: resolved, normalized canonical JSON.
 pub fn expected_logical(fixture: &Value) -> Result<Value, JudgeError> {
     collection(fixture, Side::Expected).map(|l| l.value)
@@ -184,6 +194,15 @@ pub fn compare_file(
     let expected = expected_side(expected_fixture, Side::Expected)?;
     let file = collection(file_content, Side::File).map_err(|e| tagged("file", e))?;
     Ok(compare_logical(expected, file.value))
+}
+
+/// Every value under a fixture's null row that a written file stores
+/// otherwise (frame.md: "The value stored under a null row is carried as
+/// written"), which [`compare_file`] cannot see: the logical form drops
+/// those values, as a reader must not interpret them. `file_content` as for
+/// [`compare_file`].
+pub fn null_row_differences(expected_fixture: &Value, file_content: &Value) -> Vec<Difference> {
+    null_rows::differences(expected_fixture, file_content)
 }
 
 fn compare_sides(

@@ -492,3 +492,50 @@ fn an_answer_omitting_an_undefined_cells_boundary_reads_as_all_false() {
         vec!["records[0].trajectory.frames[0].box.boundary[0]"]
     );
 }
+
+/// A masked column of `values` whose second row is null, with `extra` keys.
+fn masked(dtype: &str, values: Value, extra: Value) -> Value {
+    let mut c =
+        json!({"dtype": dtype, "shape": [3], "values": values, "validity": [true, false, true]});
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        c[k] = v.clone();
+    }
+    c
+}
+
+fn masked_file(col: Value) -> Value {
+    with_system(json!({"blocks": {"atoms": {"count": 3, "columns": {"q": col}}}}))
+}
+
+#[test]
+fn a_value_under_a_null_row_must_be_carried_as_written() {
+    let given = masked_file(masked("f64", json!([0.5, 7.25, 1.0]), json!({})));
+    let zeroed = masked_file(masked("f64", json!([0.5, 0.0, 1.0]), json!({})));
+    let d = null_row_differences(&given, &zeroed);
+    assert_eq!(
+        paths(&d),
+        ["records[0].system.blocks.atoms.columns.q.values[1]"]
+    );
+    assert_eq!(
+        (d[0].expected.as_str(), d[0].actual.as_str()),
+        ("7.25", "0.0")
+    );
+    // The logical comparison cannot see it: those values mean nothing to a reader.
+    assert!(compare_file(&given, &zeroed).unwrap().is_empty());
+    assert!(null_row_differences(&given, &given).is_empty());
+    // Spellings of one value are one value; valid rows are not this check's.
+    let respelled = masked_file(masked("i64", json!([1, 7, 3]), json!({})));
+    let same = masked_file(masked("i64", json!([9, "7", 3]), json!({})));
+    assert!(null_row_differences(&respelled, &same).is_empty());
+}
+
+#[test]
+fn null_rows_under_a_precision_or_unmasked_in_the_file_are_not_compared() {
+    let p = json!({"precision": 0.5});
+    let given = masked_file(masked("f64", json!([0.5, 7.3, 1.0]), p.clone()));
+    let stored = masked_file(masked("f64", json!([0.5, 0.0, 1.0]), p));
+    assert!(null_row_differences(&given, &stored).is_empty());
+    let given = masked_file(masked("f64", json!([0.5, 7.25, 1.0]), json!({})));
+    let unmasked = masked_file(json!({"dtype": "f64", "shape": [3], "values": [0.5, 0.0, 1.0]}));
+    assert!(null_row_differences(&given, &unmasked).is_empty());
+}

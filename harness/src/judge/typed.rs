@@ -216,6 +216,28 @@ pub(super) fn integer_form_problem(tag: &str, v: &Value) -> Option<String> {
     })
 }
 
+/// A JSON number beyond ±2^53 where `tag` is an integer tag (or a vector
+/// of one): readers accept it, but the one form a writer writes there is
+/// the decimal string (`typed-json.forms.big-int-string`, a decision).
+pub(super) fn big_integer_as_number(tag: &str, v: &Value) -> Option<String> {
+    let base = tag.split('x').next().unwrap_or(tag);
+    int_range(base)?;
+    let elements = match v {
+        Value::Array(a) => a.as_slice(),
+        one => std::slice::from_ref(one),
+    };
+    elements.iter().find_map(|x| {
+        let Value::Number(n) = x else { return None };
+        let n = n
+            .as_i64()
+            .map(i128::from)
+            .or_else(|| n.as_u64().map(i128::from))?;
+        (n.abs() > EXACT_INTEGER_LIMIT).then(|| {
+            format!("the integer {n} is written as a JSON number; beyond ±2^53 it is its decimal string")
+        })
+    })
+}
+
 /// The tag an untagged system-meta value reads back as (§7).
 pub fn infer_tag(v: &Value) -> &'static str {
     match v {

@@ -385,6 +385,26 @@ pub(super) fn big_to_float(v: &mut Value) -> bool {
     }
 }
 
+/// `convert` applied to every step, and to every per-step and system meta
+/// value under an integer tag (a `json` or `string` value that looks like
+/// a number is not an integer); whether one changed.
+pub(super) fn edit_typed_integers(img: &mut Image, convert: fn(&mut Value) -> bool) -> bool {
+    let tags = per_step_tags(img);
+    let a = img.edit_headers(b'f', |h| {
+        let step = h.get_mut("step").is_some_and(convert);
+        each_meta(h, |k, v| {
+            tags.get(k).is_some_and(|t| is_int_tag(t)) && convert(v)
+        }) | step
+    });
+    let b = img.edit_headers(b's', |h| {
+        let types = h.get("meta_types").cloned().unwrap_or_default();
+        each_meta(h, |k, v| {
+            types.get(k).and_then(Value::as_str).is_some_and(is_int_tag) && convert(v)
+        })
+    });
+    a | b
+}
+
 pub(super) fn non_finite_to_null(v: &mut Value) -> bool {
     match v {
         Value::String(s) if ["NaN", "Infinity", "-Infinity"].contains(&s.as_str()) => {

@@ -297,20 +297,7 @@ pub fn catalog() -> Vec<WriterBug> {
             })),
         bug!("header/big-int-as-float", Header, ["typed-json.forms"], true,
             "writes integers beyond 2^53 as JSON reals",
-            |img| {
-                // Only values under an integer tag: a `json` or `string`
-                // value that looks like a number is not an integer.
-                let tags = per_step_tags(img);
-                let a = img.edit_headers(b'f', |h| {
-                    let step = h.get_mut("step").is_some_and(big_to_float);
-                    each_meta(h, |k, v| tags.get(k).is_some_and(|t| is_int_tag(t)) && big_to_float(v)) | step
-                });
-                let b = img.edit_headers(b's', |h| {
-                    let types = h.get("meta_types").cloned().unwrap_or_default();
-                    each_meta(h, |k, v| types.get(k).and_then(Value::as_str).is_some_and(is_int_tag) && big_to_float(v))
-                });
-                a | b
-            }),
+            |img| edit_typed_integers(img, big_to_float)),
         bug!("header/non-finite-as-null", Header, ["typed-json.forms"], true,
             "writes a non-finite f64 value (per-step or system meta) as null",
             |img| {
@@ -555,6 +542,9 @@ pub fn catalog() -> Vec<WriterBug> {
         bug!("mask/true-as-ff", Mask, ["mrf1.validity"], true,
             "writes a valid row's mask byte as 0xFF",
             |img| edit_buffers(img, |_, mask, bytes| mask && ones_to(bytes, 0xFF))),
+        bug!("mask/null-values-zeroed", Mask, ["column.validity.null-value"], false,
+            "stores zero under each null row (a masked array's `.filled(0)`), not the value it was handed",
+            null_row_values_zeroed),
         bug!("mask/inverted", Mask, ["mrf1.validity"], false,
             "writes 1 for a null row and 0 for a valid one",
             |img| edit_buffers(img, |_, mask, bytes| { if mask { bytes.iter_mut().for_each(|b| *b ^= 1); } mask })),

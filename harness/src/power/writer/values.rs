@@ -382,3 +382,35 @@ pub(super) fn special_strings_as_f64(img: &mut Image, fixture: &Value) -> bool {
     }
     changed
 }
+
+/// Each fixed-width column's values under its null rows set to zero bytes
+/// (a masked array's `.filled(0)`); whether a nonzero value was zeroed.
+pub(super) fn null_row_values_zeroed(img: &mut Image) -> bool {
+    edit_frames(img, |f| {
+        let masks: Vec<_> = f
+            .buffers
+            .iter()
+            .filter(|((_, _, is_mask), _)| *is_mask)
+            .map(|((b, c, _), mask)| ((b.clone(), c.clone(), false), mask.clone()))
+            .collect();
+        let mut changed = false;
+        for (key, mask) in masks {
+            let Some(values) = f.buffers.get_mut(&key) else {
+                continue;
+            };
+            if mask.is_empty() || values.len() % mask.len() != 0 {
+                continue;
+            }
+            let row = values.len() / mask.len();
+            for (bytes, _) in values
+                .chunks_mut(row.max(1))
+                .zip(&mask)
+                .filter(|(_, &flag)| flag == 0)
+            {
+                changed |= bytes.iter().any(|&b| b != 0);
+                bytes.fill(0);
+            }
+        }
+        changed
+    })
+}
