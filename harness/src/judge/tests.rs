@@ -539,3 +539,33 @@ fn null_rows_under_a_precision_or_unmasked_in_the_file_are_not_compared() {
     let unmasked = masked_file(json!({"dtype": "f64", "shape": [3], "values": [0.5, 0.0, 1.0]}));
     assert!(null_row_differences(&given, &unmasked).is_empty());
 }
+
+/// One record whose trajectory's first update holds the masked column `q`
+/// of block `atoms`, under a sequence_schema declaring `q` with `decl`.
+fn masked_update(col: Value, decl: Value) -> Value {
+    json!({"meta": {"units": {"length": "angstrom"}},
+        "sequence_schema": {"blocks": {"atoms": {"columns": {"q": decl}}}, "meta": {}},
+        "records": [{"trajectory": {"frames": [
+            {"step": 0, "blocks": {"atoms": {"count": 3, "columns": {"q": col}}}}]}}]})
+}
+
+#[test]
+fn a_trajectory_update_carries_its_null_rows_unless_its_precision_is_declared() {
+    let plain = json!({"dtype": "f64", "nullable": true});
+    let given = masked_update(
+        masked("f64", json!([0.5, 7.3, 1.0]), json!({})),
+        plain.clone(),
+    );
+    let zeroed = masked_update(masked("f64", json!([0.5, 0.0, 1.0]), json!({})), plain);
+    assert_eq!(
+        paths(&null_row_differences(&given, &zeroed)),
+        ["records[0].trajectory.frames[0].blocks.atoms.columns.q.values[1]"]
+    );
+    let precise = json!({"dtype": "f64", "nullable": true, "precision": 0.5});
+    let given = masked_update(
+        masked("f64", json!([0.5, 7.3, 1.0]), json!({})),
+        precise.clone(),
+    );
+    let rounded = masked_update(masked("f64", json!([0.5, 7.5, 1.0]), json!({})), precise);
+    assert!(null_row_differences(&given, &rounded).is_empty());
+}
