@@ -594,3 +594,31 @@ pub(super) fn own_index_masks_dropped(f: &mut Frame) -> bool {
     }
     any_null
 }
+
+/// Per record with a system in the fixture, its system meta keys that no
+/// `meta_types` entry tags and whose value `pick` takes (a writer infers
+/// their tags); records without one are left out.
+pub(super) fn untagged_system_meta(
+    fixture: &Value,
+    pick: impl Fn(&Value) -> bool,
+) -> Vec<(u64, Vec<String>)> {
+    let mut out = Vec::new();
+    for (r, record) in fixture_records(fixture).iter().enumerate() {
+        let Some(system) = record.get("system") else {
+            continue;
+        };
+        let given = system.get("meta_types").and_then(Value::as_object);
+        let keys: Vec<String> = system
+            .get("meta")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter(|(k, v)| !given.is_some_and(|g| g.contains_key(*k)) && pick(v))
+            .map(|(k, _)| k.clone())
+            .collect();
+        if !keys.is_empty() {
+            out.push((r as u64, keys));
+        }
+    }
+    out
+}

@@ -648,32 +648,12 @@ pub(super) fn aligned_not_restated(img: &mut Image) -> bool {
 /// System meta values the fixture leaves untagged and gives as integers,
 /// tagged and written as f64.
 pub(super) fn numbers_as_f64(img: &mut Image, fixture: &Value) -> bool {
-    let records = fixture_records(fixture);
     let mut changed = false;
-    for (r, record) in records.iter().enumerate() {
-        let Some(system) = record.get("system") else {
+    for (r, keys) in untagged_system_meta(fixture, |v| v.is_i64() || v.is_u64()) {
+        let Some(mut f) = img.frame(Key::System(r)) else {
             continue;
         };
-        let given = system
-            .get("meta_types")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
-        let untagged_ints: Vec<String> = system
-            .get("meta")
-            .and_then(Value::as_object)
-            .into_iter()
-            .flatten()
-            .filter(|(k, v)| !given.contains_key(*k) && (v.is_i64() || v.is_u64()))
-            .map(|(k, _)| k.clone())
-            .collect();
-        if untagged_ints.is_empty() {
-            continue;
-        }
-        let Some(mut f) = img.frame(Key::System(r as u64)) else {
-            continue;
-        };
-        for k in &untagged_ints {
+        for k in &keys {
             if let Some(v) = f.header.get_mut("meta").and_then(|m| m.get_mut(k)) {
                 *v = Value::from(v.as_f64().unwrap_or_default());
             }
@@ -685,7 +665,7 @@ pub(super) fn numbers_as_f64(img: &mut Image, fixture: &Value) -> bool {
                 t.insert(k.clone(), Value::from("f64"));
             }
         }
-        img.set_frame(Key::System(r as u64), &f);
+        img.set_frame(Key::System(r), &f);
         changed = true;
     }
     changed

@@ -342,29 +342,13 @@ pub(super) fn f64_15_digits(img: &mut Image) -> bool {
 /// `-Infinity` tagged f64 (the per-step inference reused): the stored
 /// value is that string, read back as a real.
 pub(super) fn special_strings_as_f64(img: &mut Image, fixture: &Value) -> bool {
-    let records = fixture_records(fixture);
+    let special = |v: &Value| {
+        v.as_str()
+            .is_some_and(|s| ["NaN", "Infinity", "-Infinity"].contains(&s))
+    };
     let mut changed = false;
-    for (r, record) in records.iter().enumerate() {
-        let Some(system) = record.get("system") else {
-            continue;
-        };
-        let given = system.get("meta_types").and_then(Value::as_object);
-        let spelled: Vec<String> = system
-            .get("meta")
-            .and_then(Value::as_object)
-            .into_iter()
-            .flatten()
-            .filter(|(k, v)| {
-                !given.is_some_and(|g| g.contains_key(*k))
-                    && v.as_str()
-                        .is_some_and(|s| ["NaN", "Infinity", "-Infinity"].contains(&s))
-            })
-            .map(|(k, _)| k.clone())
-            .collect();
-        if spelled.is_empty() {
-            continue;
-        }
-        let Some(mut f) = img.frame(Key::System(r as u64)) else {
+    for (r, keys) in untagged_system_meta(fixture, special) {
+        let Some(mut f) = img.frame(Key::System(r)) else {
             continue;
         };
         let Some(types) = f
@@ -374,10 +358,10 @@ pub(super) fn special_strings_as_f64(img: &mut Image, fixture: &Value) -> bool {
         else {
             continue;
         };
-        for k in spelled {
+        for k in keys {
             types.insert(k, Value::from("f64"));
         }
-        img.set_frame(Key::System(r as u64), &f);
+        img.set_frame(Key::System(r), &f);
         changed = true;
     }
     changed
