@@ -184,6 +184,16 @@ pub(super) fn tag_value(tag: &str, v: &Value, path: &str) -> Result<Value, Judge
     }
 }
 
+/// The elements of `v` when `tag` is an integer tag or a vector of one
+/// (`u64x3`); `None` for any other tag.
+fn integer_elements<'v>(tag: &str, v: &'v Value) -> Option<&'v [Value]> {
+    int_range(tag.split('x').next().unwrap_or(tag))?;
+    Some(match v {
+        Value::Array(a) => a.as_slice(),
+        one => std::slice::from_ref(one),
+    })
+}
+
 /// 2^53: the largest magnitude a typed integer is written as a JSON number.
 const EXACT_INTEGER_LIMIT: i128 = 1 << 53;
 
@@ -192,12 +202,7 @@ const EXACT_INTEGER_LIMIT: i128 = 1 << 53;
 /// number when `|v| <= 2^53` and as its decimal string (no sign but `-`,
 /// no leading zero) beyond. `None` when it is; else what is off.
 pub(super) fn integer_form_problem(tag: &str, v: &Value) -> Option<String> {
-    let base = tag.split('x').next().unwrap_or(tag);
-    int_range(base)?;
-    let elements = match v {
-        Value::Array(a) => a.as_slice(),
-        one => std::slice::from_ref(one),
-    };
+    let elements = integer_elements(tag, v)?;
     elements.iter().find_map(|x| {
         let Value::String(s) = x else { return None };
         let digits = s.strip_prefix('-').unwrap_or(s);
@@ -220,12 +225,7 @@ pub(super) fn integer_form_problem(tag: &str, v: &Value) -> Option<String> {
 /// of one): readers accept it, but the one form a writer writes there is
 /// the decimal string (`typed-json.forms.big-int-string`, a decision).
 pub(super) fn big_integer_as_number(tag: &str, v: &Value) -> Option<String> {
-    let base = tag.split('x').next().unwrap_or(tag);
-    int_range(base)?;
-    let elements = match v {
-        Value::Array(a) => a.as_slice(),
-        one => std::slice::from_ref(one),
-    };
+    let elements = integer_elements(tag, v)?;
     elements.iter().find_map(|x| {
         let Value::Number(n) = x else { return None };
         let n = n
