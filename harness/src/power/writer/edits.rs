@@ -137,6 +137,26 @@ pub(super) fn frames_per_record(img: &mut Image) -> bool {
     spans.iter().any(|s| s.0 > 0 && s.1 > 0)
 }
 
+/// Each record's meta document without its null-valued keys.
+pub(super) fn record_nulls_dropped(img: &mut Image) -> bool {
+    let mut changed = false;
+    for (k, v) in img.entries.iter_mut() {
+        if k.len() != 9 || k[0] != b'r' {
+            continue;
+        }
+        let Ok(Value::Object(mut meta)) = serde_json::from_slice::<Value>(v) else {
+            continue;
+        };
+        let before = meta.len();
+        meta.retain(|_, x| !x.is_null());
+        if meta.len() != before {
+            *v = Value::Object(meta).to_string().into_bytes();
+            changed = true;
+        }
+    }
+    changed
+}
+
 pub(super) fn empty_systems(img: &mut Image) -> bool {
     let empty = Frame {
         header: serde_json::json!({"blocks": {}, "meta": {}})
@@ -566,6 +586,25 @@ pub(super) fn zero_row_shape_flat(f: &mut Frame) -> bool {
             shape.truncate(1);
             changed = true;
         }
+    }
+    changed
+}
+
+/// Each trailing axis of length 1 left out of a column's shape (`numpy.squeeze`
+/// past the leading axis): `[3, 1]` becomes `[3]`.
+pub(super) fn trailing_ones_squeezed(f: &mut Frame) -> bool {
+    let mut changed = false;
+    for col in column_entries(f) {
+        let Some(shape) = col.get_mut("shape").and_then(Value::as_array_mut) else {
+            continue;
+        };
+        let before = shape.len();
+        let mut k = 0;
+        shape.retain(|n| {
+            k += 1;
+            k == 1 || n.as_u64() != Some(1)
+        });
+        changed |= shape.len() != before;
     }
     changed
 }

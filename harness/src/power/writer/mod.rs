@@ -145,6 +145,17 @@ pub fn catalog() -> Vec<WriterBug> {
                 let with = img.spans().iter().filter(|s| s.1 > 0).count();
                 edit_meta(img, |m| set(m, "/n_records", Value::from(with)))
             }),
+        bug!("meta/collection-nulls-dropped", Meta, ["collection.meta.preserved", "collection.conformance.round-trip"], false,
+            "leaves the null-valued keys out of the collection document (`exclude_none`)",
+            |img| edit_meta(img, |m| {
+                let Some(c) = m.pointer_mut("/collection").and_then(Value::as_object_mut) else { return false };
+                let before = c.len();
+                c.retain(|_, v| !v.is_null());
+                c.len() != before
+            })),
+        bug!("meta/record-nulls-dropped", Meta, ["collection.conformance.round-trip", "lmdb.record.meta-json"], false,
+            "leaves the null-valued keys out of each record's meta document (`exclude_none`)",
+            record_nulls_dropped),
         bug!("meta/schema-fills", Meta, ["collection.schema.one-declaration"], false,
             "leaves per-step fills out of `sequence_schema`",
             |img| edit_schema_entries(img, "meta", |e| e.remove("fill").is_some())),
@@ -211,6 +222,15 @@ pub fn catalog() -> Vec<WriterBug> {
                 f.header.insert("blocks".into(), serde_json::json!({}));
                 f.buffers.clear();
                 had
+            })),
+        bug!("meta/ff-empty-tables-dropped", Meta, ["forcefield.style-table", "collection.forcefield.round-trip"], false,
+            "writes no block for a force-field style whose table has no rows",
+            |img| edit_ff(img, |f| {
+                let empty: Vec<String> = f.header.get("blocks").and_then(Value::as_object).into_iter().flatten()
+                    .filter(|(_, b)| b.get("count") == Some(&Value::from(0)))
+                    .map(|(k, _)| k.clone()).collect();
+                for k in &empty { remove_block(f, k); }
+                !empty.is_empty()
             })),
         // index.
         bug!("index/first-frame-inclusive", Index, ["lmdb.index.prefix-sum"], true,
@@ -374,6 +394,9 @@ pub fn catalog() -> Vec<WriterBug> {
         bug!("header/zero-row-trailing-dropped", Header, ["column.shape", "collection.schema.record-subset"], true,
             "writes a zero-row column with shape `[0]`, without its trailing axes",
             |img| edit_frames(img, zero_row_shape_flat)),
+        bug!("header/trailing-ones-squeezed", Header, ["column.shape", "collection.schema.record-subset"], false,
+            "leaves each trailing axis of length 1 out of a column's shape (`numpy.squeeze`)",
+            |img| edit_frames(img, trailing_ones_squeezed)),
         // Per-step keys and fills.
         bug!("per-step/fill-not-materialized", PerStep, ["lmdb.frame.meta-materialized"], true,
             "leaves out a per-step key whose value is its fill",
@@ -398,6 +421,24 @@ pub fn catalog() -> Vec<WriterBug> {
                     *v = Value::from(v.to_string());
                     true
                 }))
+            }),
+        bug!("per-step/json-null-as-omitted", PerStep, ["lmdb.frame.meta-materialized", "trajectory.meta.fill-null-json-only"], false,
+            "treats a per-step value null (a json key's document) as an omitted key: writes the key's fill there, or leaves the key out when it has none",
+            |img| {
+                let fills = per_step_fills(img);
+                img.edit_headers(b'f', |h| {
+                    let Some(meta) = h.get_mut("meta").and_then(Value::as_object_mut) else { return false };
+                    let nulls: Vec<String> = meta.iter()
+                        .filter(|(k, v)| v.is_null() && fills.get(*k) != Some(&Value::Null))
+                        .map(|(k, _)| k.clone()).collect();
+                    for k in &nulls {
+                        match fills.get(k) {
+                            Some(fill) => { meta.insert(k.clone(), fill.clone()); }
+                            None => { meta.remove(k); }
+                        }
+                    }
+                    !nulls.is_empty()
+                })
             }),
         // step, time, box placement.
         bug!("placement/time-first-only", Placement, ["trajectory.time.all-or-none"], true,
@@ -444,6 +485,15 @@ pub fn catalog() -> Vec<WriterBug> {
         bug!("placement/change-by-value", Placement, ["trajectory.block.change-bitwise", "lmdb.frame.logical-content", "lmdb.model.same-content"], false,
             "compares a block with its previous update by value (-0.0 == 0.0), not bitwise",
             |img| unchanged_dropped(img, Compare::ByValue)),
+        bug!("placement/change-ignores-strings", Placement, ["trajectory.block.change-bitwise", "lmdb.model.same-content"], false,
+            "compares a block with its previous update by its buffers only: a change of a string column alone is not written",
+            |img| unchanged_dropped(img, Compare::WithoutStrings)),
+        bug!("placement/box-change-by-value", Placement, ["lmdb.frame.box-on-change", "box.trajectory-carry"], false,
+            "compares a cell with the one in effect by value (-0.0 == 0.0): a cell whose only change is the sign of a zero is not written",
+            box_change_by_value),
+        bug!("placement/box-restated-as-presented", Placement, ["lmdb.frame.box-on-change"], false,
+            "compares a presented cell with the previous presentation as given, not as stored: one cell spelled two ways is written twice",
+            EditGiven(box_restated_as_presented)),
         bug!("placement/mask-change-ignored", Placement, ["trajectory.block.change-bitwise"], false,
             "compares a block with its previous update without its masks",
             |img| unchanged_dropped(img, Compare::WithoutMasks)),
@@ -515,6 +565,9 @@ pub fn catalog() -> Vec<WriterBug> {
         bug!("meta-types/special-strings-as-f64", MetaTypes, ["meta.tag.inference", "mrf1.meta-types"], false,
             "tags an untagged system meta string `NaN`, `Infinity` or `-Infinity` f64",
             EditGiven(special_strings_as_f64)),
+        bug!("meta-types/real-lists-as-vectors", MetaTypes, ["meta.tag.inference", "mrf1.meta-types"], false,
+            "tags an untagged system meta list of 3, 6 or 9 reals as `f64x3`, `f64x6` or `f64x9`, not `json`",
+            EditGiven(real_lists_as_vectors)),
         // Precision placement.
         bug!("precision/on-updates", Precision, ["column.precision.placement"], true,
             "states the declared precision on trajectory update columns",

@@ -367,6 +367,50 @@ pub(super) fn special_strings_as_f64(img: &mut Image, fixture: &Value) -> bool {
     changed
 }
 
+/// An untagged system meta list of 3, 6 or 9 reals tagged as the vector
+/// of that width (`f64x3`, `f64x6`, `f64x9`) instead of `json`.
+pub(super) fn real_lists_as_vectors(img: &mut Image, fixture: &Value) -> bool {
+    let records = fixture_records(fixture);
+    let mut changed = false;
+    for (r, record) in records.iter().enumerate() {
+        let Some(system) = record.get("system") else {
+            continue;
+        };
+        let given = system.get("meta_types").and_then(Value::as_object);
+        let lists: Vec<(String, usize)> = system
+            .get("meta")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| !given.is_some_and(|g| g.contains_key(*k)))
+            .filter_map(|(k, v)| {
+                let items = v.as_array()?;
+                let reals = items.iter().all(Value::is_f64);
+                (reals && [3, 6, 9].contains(&items.len())).then(|| (k.clone(), items.len()))
+            })
+            .collect();
+        if lists.is_empty() {
+            continue;
+        }
+        let Some(mut f) = img.frame(Key::System(r as u64)) else {
+            continue;
+        };
+        let Some(types) = f
+            .header
+            .get_mut("meta_types")
+            .and_then(Value::as_object_mut)
+        else {
+            continue;
+        };
+        for (k, n) in lists {
+            types.insert(k, Value::from(format!("f64x{n}")));
+        }
+        img.set_frame(Key::System(r as u64), &f);
+        changed = true;
+    }
+    changed
+}
+
 /// Each fixed-width column's values under its null rows set to zero bytes
 /// (a masked array's `.filled(0)`); whether a nonzero value was zeroed.
 pub(super) fn null_row_values_zeroed(img: &mut Image) -> bool {
