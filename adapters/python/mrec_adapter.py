@@ -314,7 +314,7 @@ def infer_tag(value):
     if isinstance(value, int):
         if -2**63 <= value < 2**63:
             return "i64"
-        return "u64" if value < 2**64 else "f64"
+        return "u64" if 2**63 <= value < 2**64 else "f64"
     if isinstance(value, float):
         return "f64"
     if isinstance(value, str):
