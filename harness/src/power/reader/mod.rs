@@ -711,6 +711,35 @@ pub fn catalog() -> Vec<ReaderBug> {
             })
         ),
         bug!(
+            "per-step/null-dropped",
+            "per-step values",
+            ["lmdb.frame.meta-materialized", "mrf1.meta-typed"],
+            "drops a per-step key whose value is null (a json key's null document)",
+            |v, _| frames(v, |_, _, f| {
+                if let Some(m) = f.get_mut("meta") {
+                    nulls_dropped(m, "");
+                }
+            })
+        ),
+        bug!(
+            "system/meta-nulls-dropped",
+            "records' systems",
+            ["mrf1.meta-typed", "lmdb.system.key"],
+            "drops a system meta key whose value is null",
+            |v, _| records(v, |rec| nulls_dropped(rec, "/system/meta"))
+        ),
+        bug!(
+            "step/unsigned",
+            "step and time",
+            ["mrf1.step-time-typed", "lmdb.frame.step"],
+            "reads the step as an unsigned integer, so a negative step wraps past 2^63",
+            |v, _| frames(v, |_, _, f| {
+                if let Some(step) = f.get("step").and_then(Value::as_i64).filter(|s| *s < 0) {
+                    f.insert("step".into(), Value::from(step as u64));
+                }
+            })
+        ),
+        bug!(
             "accepts/values-taken-for-string",
             "the closed dtype set",
             ["mrf1.dtype", "column.dtype.closed-set"],
