@@ -135,14 +135,14 @@ enum Command {
     },
     /// The suite's power: every writer trace and reader rule with a
     /// plausible bug of an independent implementation, and the cases whose
-    /// trials catch it (the table of docs/suites.md); exit 1 when a trace
+    /// trials catch it (the table of docs/power.md); exit 1 when a trace
     /// has no check or a bug fewer than two catching cases.
     Power {
         /// Print only the problems, not the table.
         #[arg(long)]
         quiet: bool,
         /// Write the table into this Markdown file, between its markers
-        /// (docs/suites.md of a checkout).
+        /// (docs/power.md of a checkout).
         #[arg(long)]
         docs: Option<PathBuf>,
         /// A tree holding suites/, fixtures/ and spec-map.toml, read instead of

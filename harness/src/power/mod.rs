@@ -11,11 +11,13 @@
 //! is measured too. A reader bug is the answer a conforming reader gives
 //! for a file a read trial hands out (the reference's file, a golden file,
 //! a read-accept recipe's file), changed as the bug would change it; it is
-//! caught when the judge finds a difference. Only trials of cases that
+//! caught when the judge finds a difference. A reader bug that lets a
+//! malformed file through is caught by a read-refusal case whose recipe's
+//! file has the shape it reads. Only trials of cases that
 //! rest on the text count: they are what makes an implementation
 //! non-conforming.
 //!
-//! `harness power` prints the inventory; `docs/suites.md` holds it
+//! `harness power` prints the inventory; `docs/power.md` holds it
 //! (checked by `harness/tests/integration/power.rs`, which also fails when
 //! a trace has no check or a bug fewer than two catching cases).
 
@@ -162,8 +164,8 @@ pub struct Inventory {
 /// that must fail on a violation of each `must` clause of the text.
 pub const MIN_CATCHING_CASES: usize = 2;
 
-/// The lines of `docs/suites.md` between which [`Inventory::markdown`] stands.
-pub const DOCS_BEGIN: &str = "<!-- harness power: begin (generated; `cargo run --release -p harness -- power --root . --docs docs/suites.md`) -->";
+/// The lines of `docs/power.md` between which [`Inventory::markdown`] stands.
+pub const DOCS_BEGIN: &str = "<!-- harness power: begin (generated; `cargo run --release -p harness -- power --root . --docs docs/power.md`) -->";
 /// See [`DOCS_BEGIN`].
 pub const DOCS_END: &str = "<!-- harness power: end -->";
 
@@ -290,6 +292,23 @@ pub fn measure(
                     build_recipe(case, layout, reference, &base)?;
                     (Image::read(&base)?, Expect::Stored)
                 }
+                Kind::ReadRefusal => {
+                    // Only a bug that lets a malformed file through shows
+                    // here; a file that is not one LMDB file shows none.
+                    remove_file_and_lock(&base);
+                    build_recipe(case, layout, reference, &base)?;
+                    let Ok(image) = Image::read(&base) else {
+                        continue;
+                    };
+                    for (bug, row) in readers.iter().zip(&mut inventory.readers) {
+                        if let reader::Effect::Accepts(shape) = bug.effect {
+                            if shape(&image) {
+                                row.caught.push(Catch::refused(&case.id, basis));
+                            }
+                        }
+                    }
+                    continue;
+                }
                 _ => continue,
             };
             let fixture = layout.fixture(fixture_name)?;
@@ -319,6 +338,7 @@ pub fn measure(
                             }
                             continue;
                         }
+                        reader::Effect::Accepts(_) => continue,
                     };
                     // By text: `Value`'s equality takes -0.0 for 0.0.
                     if serde_json::to_string(&answer).unwrap_or_default() == conforming_text {
@@ -407,7 +427,7 @@ impl Inventory {
         out
     }
 
-    /// The inventory as the Markdown of `docs/suites.md`.
+    /// The inventory as the Markdown of `docs/power.md`.
     pub fn markdown(&self) -> String {
         let mut out = String::new();
         let cases = |m: &Measured| {

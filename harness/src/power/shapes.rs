@@ -1,12 +1,13 @@
 //! Shapes a file can have that a buggy implementation refuses although the
-//! text allows them; shared by the writer's and the reader's catalogs.
+//! text allows them, or reads although the text has it refused; shared by
+//! the writer's and the reader's catalogs.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::image::{Frame, Image};
-use crate::inspect::Key;
+use crate::inspect::{frame_bytes, Key};
 
 /// Records whose index says they have a trajectory (`has_trajectory`).
 pub fn has_trajectory(img: &Image) -> Vec<bool> {
@@ -195,4 +196,56 @@ pub fn ff_over_frame_102(img: &Image) -> bool {
             .spans()
             .iter()
             .any(|&(first, n)| first <= 102 && 102 < first + n)
+}
+
+/// Every column entry in the header of every frame-bytes value, a
+/// malformed one's included (the header is all that is read).
+fn column_entries(img: &Image) -> Vec<Map<String, Value>> {
+    img.entries
+        .values()
+        .filter_map(|v| frame_bytes::parse(v).ok())
+        .flat_map(|view| {
+            let blocks = view.blocks().cloned().unwrap_or_default();
+            blocks
+                .values()
+                .filter_map(|b| b.get("columns").and_then(Value::as_object))
+                .flat_map(|c| c.values().filter_map(Value::as_object).cloned())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Whether a column entry's dtype is one of the closed set of 13.
+fn closed_dtype(entry: &Map<String, Value>) -> bool {
+    entry
+        .get("dtype")
+        .and_then(Value::as_str)
+        .and_then(frame_bytes::dtype_kind)
+        .is_some()
+}
+
+/// A column whose dtype is outside the closed set and that carries a
+/// `values` list, as a string column does: a reader that takes any column
+/// with `values` for a string column reads it.
+pub fn unknown_dtype_with_values(img: &Image) -> bool {
+    column_entries(img)
+        .iter()
+        .any(|c| !closed_dtype(c) && c.get("values").is_some_and(Value::is_array))
+}
+
+/// A column without elements (a zero in its shape) whose dtype is outside
+/// the closed set or whose buffer offset is not a multiple of 8: a reader
+/// that skips decoding an empty column skips its checks too.
+pub fn empty_column_defect(img: &Image) -> bool {
+    column_entries(img).iter().any(|c| {
+        let empty = c
+            .get("shape")
+            .and_then(Value::as_array)
+            .is_some_and(|s| s.iter().any(|d| d.as_u64() == Some(0)));
+        let misaligned = c
+            .get("offset")
+            .and_then(Value::as_u64)
+            .is_some_and(|o| o % 8 != 0);
+        empty && (!closed_dtype(c) || misaligned)
+    })
 }

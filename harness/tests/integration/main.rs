@@ -31,7 +31,7 @@
 //! - `power`: every writer trace has an inspection check, each writer and
 //!   reader bug of `harness power`'s catalogs is caught by two cases resting
 //!   on the text, every `must` clause of the text has two cases that fail on
-//!   its violation, and docs/suites.md holds the inventory as it is.
+//!   its violation, and docs/power.md holds the inventory as it is.
 //! - `protocol`: every message has a schema in `docs/schemas/`; a whole
 //!   run's traffic follows them, judged by `jsonschema` and by the
 //!   harness's own validator alike, which agree on broken messages too.

@@ -2,7 +2,7 @@
 //! every writer and reader bug of the catalogs is caught by at least two
 //! cases resting on the text wherever it shows, every `must` clause of the
 //! text has at least two cases that fail on its violation, and
-//! docs/suites.md holds the inventory as it is now.
+//! docs/power.md holds the inventory as it is now.
 
 use harness::adapter::reference::Reference;
 use harness::power::{measure, with_table, Inventory};
@@ -44,12 +44,12 @@ fn every_trace_is_checked_and_every_rule_guarded_by_two_cases() {
 
 #[test]
 fn docs_suites_md_holds_the_inventory_as_it_is() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/suites.md");
-    let doc = std::fs::read_to_string(&path).expect("docs/suites.md");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/power.md");
+    let doc = std::fs::read_to_string(&path).expect("docs/power.md");
     let table = inventory().markdown();
-    let regenerated = with_table(&doc, &table).expect("docs/suites.md has the power markers");
+    let regenerated = with_table(&doc, &table).expect("docs/power.md has the power markers");
     assert!(
         regenerated == doc,
-        "docs/suites.md's inventory is stale: run `cargo run --release -p harness -- power --root . --docs docs/suites.md` and review the diff"
+        "docs/power.md's inventory is stale: run `cargo run --release -p harness -- power --root . --docs docs/power.md` and review the diff"
     );
 }

@@ -446,3 +446,39 @@ pub(super) fn masks_at_zero_dropped(v: &Value, s: &Stored) -> Value {
     }
     v
 }
+
+/// Every block (systems, resolved updates, force field) with `count` set
+/// to its first column's rows, 0 for a block with no columns.
+pub(super) fn count_from_columns(v: &Value, _: &Stored) -> Value {
+    fn walk(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                if m.contains_key("count") {
+                    if let Some(cols) = m.get("columns").and_then(Value::as_object) {
+                        let rows = cols
+                            .values()
+                            .next()
+                            .and_then(|c| c.pointer("/shape/0"))
+                            .cloned()
+                            .unwrap_or(Value::from(0));
+                        m.insert("count".into(), rows);
+                        return;
+                    }
+                }
+                m.values_mut().for_each(walk);
+            }
+            Value::Array(a) => a.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    let mut v = v.clone();
+    walk(&mut v);
+    v
+}
+
+/// The document at `pointer` without its null-valued top-level keys.
+pub(super) fn nulls_dropped(v: &mut Value, pointer: &str) {
+    if let Some(m) = v.pointer_mut(pointer).and_then(Value::as_object_mut) {
+        m.retain(|_, x| !x.is_null());
+    }
+}

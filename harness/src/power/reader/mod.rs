@@ -39,6 +39,11 @@ pub enum Effect {
     /// The reader refuses a conforming file: whether this file has the
     /// shape it refuses. A read trial fails on any refusal of a valid file.
     Refuses(fn(&Image, &Stored) -> bool),
+    /// The reader reads a malformed file it must refuse: whether this file
+    /// (a read-refusal recipe's) has the shape it lets through. A
+    /// read-refusal trial fails on any answer but a refusal; on a valid
+    /// file the bug changes nothing.
+    Accepts(fn(&Image) -> bool),
 }
 
 macro_rules! bug {
@@ -657,6 +662,96 @@ pub fn catalog() -> Vec<ReaderBug> {
             ["collection.conformance.missing-part"],
             "refuses a record without a system or without a trajectory",
             Refuses(|img, _| shapes::missing_part(img))
+        ),
+        bug!(
+            "block/count-from-columns",
+            "block counts",
+            ["block.count"],
+            "takes a block's count from its first column's rows, 0 for a block with no columns",
+            count_from_columns
+        ),
+        bug!(
+            "document/record-meta-nulls-dropped",
+            "documents",
+            ["document.null-valued-key", "lmdb.record.meta-json"],
+            "drops the null-valued keys of a record's meta document",
+            |v, _| records(v, |rec| nulls_dropped(rec, "/meta"))
+        ),
+        bug!(
+            "document/collection-nulls-dropped",
+            "documents",
+            ["collection.meta.preserved", "document.null-valued-key"],
+            "drops the null-valued keys of the collection document",
+            |v, _| {
+                let mut v = v.clone();
+                nulls_dropped(&mut v, "/meta");
+                v
+            }
+        ),
+        bug!(
+            "document/ff-nulls-dropped",
+            "documents",
+            ["collection.forcefield.round-trip", "document.null-valued-key"],
+            "drops the null-valued keys of the force-field document",
+            |v, _| {
+                let mut v = v.clone();
+                nulls_dropped(&mut v, "/forcefield/meta");
+                v
+            }
+        ),
+        bug!(
+            "system/attribute-nulls-dropped",
+            "system blocks",
+            ["block.attributes-preserved", "mrf1.attributes"],
+            "drops the null-valued attributes of a system block",
+            |v, _| system_blocks(v, |b| {
+                if let Some(a) = b.get_mut("attributes") {
+                    nulls_dropped(a, "");
+                }
+            })
+        ),
+        bug!(
+            "per-step/null-dropped",
+            "per-step values",
+            ["lmdb.frame.meta-materialized", "mrf1.meta-typed"],
+            "drops a per-step key whose value is null (a json key's null document)",
+            |v, _| frames(v, |_, _, f| {
+                if let Some(m) = f.get_mut("meta") {
+                    nulls_dropped(m, "");
+                }
+            })
+        ),
+        bug!(
+            "system/meta-nulls-dropped",
+            "records' systems",
+            ["mrf1.meta-typed", "lmdb.system.key"],
+            "drops a system meta key whose value is null",
+            |v, _| records(v, |rec| nulls_dropped(rec, "/system/meta"))
+        ),
+        bug!(
+            "step/unsigned",
+            "step and time",
+            ["mrf1.step-time-typed", "lmdb.frame.step"],
+            "reads the step as an unsigned integer, so a negative step wraps past 2^63",
+            |v, _| frames(v, |_, _, f| {
+                if let Some(step) = f.get("step").and_then(Value::as_i64).filter(|s| *s < 0) {
+                    f.insert("step".into(), Value::from(step as u64));
+                }
+            })
+        ),
+        bug!(
+            "accepts/values-taken-for-string",
+            "the closed dtype set",
+            ["mrf1.dtype", "column.dtype.closed-set"],
+            "takes any column with a `values` list for a string column, whatever its dtype",
+            Accepts(shapes::unknown_dtype_with_values)
+        ),
+        bug!(
+            "accepts/empty-column-unchecked",
+            "the closed dtype set",
+            ["mrf1.dtype", "mrf1.offset-aligned"],
+            "skips decoding a column without elements, and with it the dtype and offset checks",
+            Accepts(shapes::empty_column_defect)
         ),
     ]
 }
