@@ -8,6 +8,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,20 @@ import pytest
 REPO = Path(__file__).resolve().parents[3]
 FIXTURES = REPO / "fixtures"
 SUITE = REPO / "suites" / "collection.toml"
+
+
+@pytest.fixture
+def ctrl_c() -> Any:
+    """Ctrl-C as an interactive session has it, whatever this process
+    inherited (a job started in the background by a non-interactive shell
+    ignores SIGINT, and Python then installs no handler): here Python's
+    own handler for the test's duration; yields what a child process runs
+    first (``preexec_fn``) to get the default back."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def mrec_binary() -> Optional[str]:

@@ -349,7 +349,7 @@ def test_the_module_exits_4_on_bad_input_3_on_io(tmp_path: Path) -> None:
     assert done.returncode == 3 and "missing.xyz" in done.stderr
 
 
-def test_ctrl_c_while_python_reads(tmp_path: Path) -> None:
+def test_ctrl_c_while_python_reads(tmp_path: Path, ctrl_c: Any) -> None:
     """SIGINT to `python -m mrec import` while it reads a source (a FIFO
     that has delivered 100 structures and stays open): exit 130, the
     output as it was (absent), no scratch file left."""
@@ -377,6 +377,7 @@ def test_ctrl_c_while_python_reads(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=ctrl_c,
     )
     try:
         # Wait until the scratch shard exists: the import is reading.
@@ -397,7 +398,7 @@ def test_ctrl_c_while_python_reads(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["part.extxyz", "slow.extxyz"]
 
 
-def test_ctrl_c_while_rust_imports(tmp_path: Path) -> None:
+def test_ctrl_c_while_rust_imports(tmp_path: Path, ctrl_c: Any) -> None:
     """SIGINT (simulated: `_thread.interrupt_main`) while the Rust importer
     runs without the GIL: it stops between rows and raises
     KeyboardInterrupt; nothing is left at the output or beside it."""

@@ -302,7 +302,9 @@ def test_an_import_task_of_a_stopped_job_does_nothing(aselmdb_dir: Path, tmp_pat
     assert "into data0000.mrec.lmdb:" in report["text"]
 
 
-def test_a_stop_watch_interrupts_the_main_thread_once_its_file_appears_and_never_once_closed(tmp_path: Path) -> None:
+def test_a_stop_watch_interrupts_the_main_thread_once_its_file_appears_and_never_once_closed(
+    tmp_path: Path, ctrl_c: Any
+) -> None:
     import time
 
     from mrec._ray_io import _StopWatch
