@@ -524,7 +524,10 @@ fn an_omitted_undefined_cell_boundary_is_caught() {
         writes(r)
             && matches!(
                 r.case.as_str(),
-                "box-changes-and-undefined" | "box-undefined-origin" | "system-box" | "box-undefined-cell-spelled-twice"
+                "box-changes-and-undefined"
+                    | "box-undefined-origin"
+                    | "system-box"
+                    | "box-undefined-cell-spelled-twice"
             )
     });
 }
