@@ -345,13 +345,16 @@ pub(super) fn column_entries(f: &mut Frame) -> impl Iterator<Item = &mut Value> 
         .and_then(Value::as_object_mut)
         .into_iter()
         .flat_map(|b| b.values_mut())
-        .flat_map(|block| {
-            block
-                .get_mut("columns")
-                .and_then(Value::as_object_mut)
-                .into_iter()
-                .flat_map(|c| c.values_mut())
-        })
+        .flat_map(block_columns)
+}
+
+/// The column entries of one block's header entry.
+pub(super) fn block_columns(block: &mut Value) -> impl Iterator<Item = &mut Value> {
+    block
+        .get_mut("columns")
+        .and_then(Value::as_object_mut)
+        .into_iter()
+        .flat_map(|c| c.values_mut())
 }
 
 /// Removes `key` from every column entry of the frame; whether one had it.
@@ -543,12 +546,7 @@ pub(super) fn string_column_major(f: &mut Frame) -> bool {
         return false;
     };
     for block in blocks.values_mut() {
-        for col in block
-            .get_mut("columns")
-            .and_then(Value::as_object_mut)
-            .into_iter()
-            .flat_map(|c| c.values_mut())
-        {
+        for col in block_columns(block) {
             if col.get("dtype") != Some(&Value::from("string")) {
                 continue;
             }
@@ -634,30 +632,53 @@ pub(super) fn own_index_masks_dropped(f: &mut Frame) -> bool {
     any_null
 }
 
-/// Per record with a system in the fixture, its system meta keys that no
-/// `meta_types` entry tags and whose value `pick` takes (a writer infers
+/// Per record with a system in the fixture, its system meta entries that
+/// no `meta_types` entry tags and whose value `pick` takes (a writer infers
 /// their tags); records without one are left out.
 pub(super) fn untagged_system_meta(
     fixture: &Value,
     pick: impl Fn(&Value) -> bool,
-) -> Vec<(u64, Vec<String>)> {
+) -> Vec<(u64, Vec<(&String, &Value)>)> {
     let mut out = Vec::new();
     for (r, record) in fixture_records(fixture).iter().enumerate() {
         let Some(system) = record.get("system") else {
             continue;
         };
         let given = system.get("meta_types").and_then(Value::as_object);
-        let keys: Vec<String> = system
+        let entries: Vec<(&String, &Value)> = system
             .get("meta")
             .and_then(Value::as_object)
             .into_iter()
             .flatten()
             .filter(|(k, v)| !given.is_some_and(|g| g.contains_key(*k)) && pick(v))
-            .map(|(k, _)| k.clone())
             .collect();
-        if !keys.is_empty() {
-            out.push((r as u64, keys));
+        if !entries.is_empty() {
+            out.push((r as u64, entries));
         }
     }
     out
+}
+
+/// Record `r`'s stored `meta_types` given `tags` (key, tag); whether its
+/// system frame has a `meta_types` to change.
+pub(super) fn retag_system_meta(
+    img: &mut Image,
+    r: u64,
+    tags: impl IntoIterator<Item = (String, String)>,
+) -> bool {
+    let Some(mut f) = img.frame(Key::System(r)) else {
+        return false;
+    };
+    let Some(types) = f
+        .header
+        .get_mut("meta_types")
+        .and_then(Value::as_object_mut)
+    else {
+        return false;
+    };
+    for (k, tag) in tags {
+        types.insert(k, Value::from(tag));
+    }
+    img.set_frame(Key::System(r), &f);
+    true
 }

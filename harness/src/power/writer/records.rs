@@ -97,12 +97,7 @@ pub(super) fn stored_blocks(f: &Frame) -> BTreeMap<String, Stored> {
         .flatten()
     {
         let mut entry = entry.clone();
-        for col in entry
-            .get_mut("columns")
-            .and_then(Value::as_object_mut)
-            .into_iter()
-            .flat_map(|c| c.values_mut())
-        {
+        for col in block_columns(&mut entry) {
             if let Some(c) = col.as_object_mut() {
                 c.remove("offset");
                 if c.contains_key("validity") {
@@ -172,12 +167,7 @@ pub(super) enum Compare {
 /// A block's header entry with the values of its string columns left out.
 fn without_string_values(e: &Value) -> Value {
     let mut e = e.clone();
-    for col in e
-        .get_mut("columns")
-        .and_then(Value::as_object_mut)
-        .into_iter()
-        .flat_map(|c| c.values_mut())
-    {
+    for col in block_columns(&mut e) {
         if let Some(c) = col.as_object_mut() {
             if c.get("dtype").and_then(Value::as_str) == Some("string") {
                 c.remove("values");
@@ -674,12 +664,12 @@ pub(super) fn aligned_not_restated(img: &mut Image) -> bool {
 /// tagged and written as f64.
 pub(super) fn numbers_as_f64(img: &mut Image, fixture: &Value) -> bool {
     let mut changed = false;
-    for (r, keys) in untagged_system_meta(fixture, |v| v.is_i64() || v.is_u64()) {
+    for (r, entries) in untagged_system_meta(fixture, |v| v.is_i64() || v.is_u64()) {
         let Some(mut f) = img.frame(Key::System(r)) else {
             continue;
         };
-        for k in &keys {
-            if let Some(v) = f.header.get_mut("meta").and_then(|m| m.get_mut(k)) {
+        for (k, _) in &entries {
+            if let Some(v) = f.header.get_mut("meta").and_then(|m| m.get_mut(*k)) {
                 *v = Value::from(v.as_f64().unwrap_or_default());
             }
             if let Some(t) = f
@@ -687,7 +677,7 @@ pub(super) fn numbers_as_f64(img: &mut Image, fixture: &Value) -> bool {
                 .get_mut("meta_types")
                 .and_then(Value::as_object_mut)
             {
-                t.insert(k.clone(), Value::from("f64"));
+                t.insert((*k).clone(), Value::from("f64"));
             }
         }
         img.set_frame(Key::System(r), &f);

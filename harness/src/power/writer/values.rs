@@ -347,22 +347,9 @@ pub(super) fn special_strings_as_f64(img: &mut Image, fixture: &Value) -> bool {
             .is_some_and(|s| ["NaN", "Infinity", "-Infinity"].contains(&s))
     };
     let mut changed = false;
-    for (r, keys) in untagged_system_meta(fixture, special) {
-        let Some(mut f) = img.frame(Key::System(r)) else {
-            continue;
-        };
-        let Some(types) = f
-            .header
-            .get_mut("meta_types")
-            .and_then(Value::as_object_mut)
-        else {
-            continue;
-        };
-        for k in keys {
-            types.insert(k, Value::from("f64"));
-        }
-        img.set_frame(Key::System(r), &f);
-        changed = true;
+    for (r, entries) in untagged_system_meta(fixture, special) {
+        let tags = entries.into_iter().map(|(k, _)| (k.clone(), "f64".into()));
+        changed |= retag_system_meta(img, r, tags);
     }
     changed
 }
@@ -370,43 +357,18 @@ pub(super) fn special_strings_as_f64(img: &mut Image, fixture: &Value) -> bool {
 /// An untagged system meta list of 3, 6 or 9 reals tagged as the vector
 /// of that width (`f64x3`, `f64x6`, `f64x9`) instead of `json`.
 pub(super) fn real_lists_as_vectors(img: &mut Image, fixture: &Value) -> bool {
-    let records = fixture_records(fixture);
+    let real_list = |v: &Value| {
+        v.as_array().is_some_and(|items| {
+            items.iter().all(Value::is_f64) && [3, 6, 9].contains(&items.len())
+        })
+    };
     let mut changed = false;
-    for (r, record) in records.iter().enumerate() {
-        let Some(system) = record.get("system") else {
-            continue;
-        };
-        let given = system.get("meta_types").and_then(Value::as_object);
-        let lists: Vec<(String, usize)> = system
-            .get("meta")
-            .and_then(Value::as_object)
-            .into_iter()
-            .flatten()
-            .filter(|(k, _)| !given.is_some_and(|g| g.contains_key(*k)))
-            .filter_map(|(k, v)| {
-                let items = v.as_array()?;
-                let reals = items.iter().all(Value::is_f64);
-                (reals && [3, 6, 9].contains(&items.len())).then(|| (k.clone(), items.len()))
-            })
-            .collect();
-        if lists.is_empty() {
-            continue;
-        }
-        let Some(mut f) = img.frame(Key::System(r as u64)) else {
-            continue;
-        };
-        let Some(types) = f
-            .header
-            .get_mut("meta_types")
-            .and_then(Value::as_object_mut)
-        else {
-            continue;
-        };
-        for (k, n) in lists {
-            types.insert(k, Value::from(format!("f64x{n}")));
-        }
-        img.set_frame(Key::System(r as u64), &f);
-        changed = true;
+    for (r, entries) in untagged_system_meta(fixture, real_list) {
+        let tags = entries.into_iter().map(|(k, v)| {
+            let n = v.as_array().map_or(0, Vec::len);
+            (k.clone(), format!("f64x{n}"))
+        });
+        changed |= retag_system_meta(img, r, tags);
     }
     changed
 }
