@@ -482,3 +482,11 @@ pub(super) fn nulls_dropped(v: &mut Value, pointer: &str) {
         m.retain(|_, x| !x.is_null());
     }
 }
+
+/// A copy of the answer `v` with the null-valued keys of the object at
+/// `pointer` dropped.
+pub(super) fn without_nulls_at(v: &Value, pointer: &str) -> Value {
+    let mut v = v.clone();
+    nulls_dropped(&mut v, pointer);
+    v
+}

@@ -682,22 +682,14 @@ pub fn catalog() -> Vec<ReaderBug> {
             "documents",
             ["collection.meta.preserved", "document.null-valued-key"],
             "drops the null-valued keys of the collection document",
-            |v, _| {
-                let mut v = v.clone();
-                nulls_dropped(&mut v, "/meta");
-                v
-            }
+            |v, _| without_nulls_at(v, "/meta")
         ),
         bug!(
             "document/ff-nulls-dropped",
             "documents",
             ["collection.forcefield.round-trip", "document.null-valued-key"],
             "drops the null-valued keys of the force-field document",
-            |v, _| {
-                let mut v = v.clone();
-                nulls_dropped(&mut v, "/forcefield/meta");
-                v
-            }
+            |v, _| without_nulls_at(v, "/forcefield/meta")
         ),
         bug!(
             "system/attribute-nulls-dropped",
