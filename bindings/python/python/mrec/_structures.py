@@ -28,6 +28,7 @@ from . import _ase_build, _native
 from ._collection import MAP_BUDGET_MIB, Collection, PathLike
 from ._errors import Missing, NatomsComputed
 from ._paths import expand
+from ._transport import Batches, Task
 
 NAN = math.nan
 
@@ -435,9 +436,13 @@ class Structures:
         stacked (NumPy, or torch tensors with ``tensors="torch"``)."""
         return collate(self.__getitems__(indices), self.tensors)
 
-    def __getitems__(self, indices: Sequence[int]) -> "StructureBatch":
+    def __getitems__(self, indices: Sequence[int]) -> Union["StructureBatch", Batches]:
         """Structures ``indices`` in one read per collection (what
-        ``DataLoader`` calls for a batch; :func:`collate` makes it one)."""
+        ``DataLoader`` calls for a batch; :func:`collate` makes it one).
+        :class:`mrec.Loader`'s requests of several batches read as a list of
+        them."""
+        if isinstance(indices, Task):
+            return Batches(self.__getitems__(batch) for batch in indices)
         plans = self._native_plans()
         if len(self.collections) == 1:
             # Structures are the frames: the ordinals go as they are (the
