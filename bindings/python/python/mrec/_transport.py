@@ -6,15 +6,15 @@ batch back through a pipe, pickled. For batches of small structures that
 machinery, not the read, sets the pace: a few hundred microseconds a
 request in the worker and in the main process (``python -m mrec.bench_torch``).
 So a request here carries several of the sampler's batches (a
-:class:`Task`: by default as many as make 256 structures or 16,384 atoms),
-and a worker writes each batch's numeric arrays into a slot of a
-shared-memory file (a Linux ``memfd``) made by the main process for its
-workers, sending only where they are. The main process's arrays are views
-of the slot, not copies: a slot is written again only after every array
-of its batches is gone (a weak reference on their common base says when),
-and a worker that finds no free slot, or a batch larger than a slot,
-sends that batch pickled as torch would. Without ``memfd`` (not Linux),
-every batch goes pickled.
+:class:`Task`: by default up to 256 structures, 16,384 atoms by the
+sampler's budget, or 8 batches), and a worker writes the request's
+numeric arrays into one slot of a shared-memory file (a Linux ``memfd``)
+made by the main process for its workers, sending only where they are.
+The main process's arrays are views of the slot, not copies: a slot is
+written again only after every array of its batches is gone (a weak
+reference on their common base says when), and a worker that finds no
+free slot, or a request larger than a slot, sends it pickled as torch
+would. Without ``memfd`` (not Linux), every request goes pickled.
 
 Invariants: a slot is written by one worker only (its own range), and only
 while its state byte is free; the main process frees it, and only once no
