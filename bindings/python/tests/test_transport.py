@@ -133,3 +133,21 @@ def test_requests_group_the_samplers_batches() -> None:
     assert _transport.batches_per_task(512, 100_000) == 1
     got = list(_transport.tasks(iter([[1], [2], [3], [4], [5]]), 2))
     assert got == [[[1], [2]], [[3], [4]], [[5]]] and all(isinstance(t, _transport.Task) for t in got)
+
+
+def test_each_new_set_of_workers_leaves_no_descriptor_behind(path: Path) -> None:
+    import gc
+    import os
+
+    ds = mrec.Structures(path)
+    live = loader(ds, "fork")  # not persistent: new workers, a new arena, each epoch
+    for _ in live:
+        pass
+    gc.collect()
+    before = len(os.listdir("/proc/self/fd"))
+    for epoch in (1, 2, 3):
+        live.set_epoch(epoch)
+        for _ in live:
+            pass
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) == before

@@ -50,8 +50,8 @@ class Loader(torch.utils.data.DataLoader):
     there with ``pin_memory=True``). ``batches_per_task``: how many of the
     sampler's batches a worker reads per request over a ``Structures``
     (default: up to 256 structures, 16,384 atoms by the sampler's budget,
-    or 8 batches; ``prefetch_factor`` counts requests). Every other keyword is ``DataLoader``'s
-    (``num_workers``, ``persistent_workers``, ``prefetch_factor``,
+    or 8 batches; ``prefetch_factor`` counts requests). Every other
+    keyword is ``DataLoader``'s (``num_workers``, ``persistent_workers``, ``prefetch_factor``,
     ``multiprocessing_context``, ``pin_memory``, ...), but
     ``in_order=False``, under which batches reach the loop out of the
     sampler's order.
@@ -127,8 +127,9 @@ class Loader(torch.utils.data.DataLoader):
         finally:
             if self._writer is not None:
                 self._writer.arena = None
+            if arena is not None:  # the workers have their mappings (or failed to start)
+                arena.workers_started()
         if arena is not None:
-            arena.workers_started()
             inner._mrec_arena = arena  # type: ignore[union-attr]  # held as long as its workers
         convert = None
         if self._tensors_here:
