@@ -115,8 +115,8 @@ def test_a_slot_is_freed_with_its_last_array_and_checked_where_received() -> Non
     # A descriptor whose sequence number is not the slot's is refused.
     again = _transport._place(arena.shared(), 0, 5, batches)
     assert again is not None
-    token, worker, slot_index, seq, layout, extras = again.args
-    stale = _transport.InSlot(token, worker, slot_index, seq + 1, layout, extras)
+    token, worker, slot_index, seq, layout, extras, many = again.args
+    stale = _transport.InSlot(token, worker, slot_index, seq + 1, layout, extras, many)
     with pytest.raises(RuntimeError, match="transport bug"):
         pickle.loads(pickle.dumps(stale))
     # No slot free, or a batch larger than a slot: sent pickled (None here).

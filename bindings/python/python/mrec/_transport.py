@@ -172,20 +172,21 @@ class SlotWriter:
         shared = self._shared
         if shared is None and self.arena is not None:  # a forked worker: the parent's mapping
             shared = self.arena.shared()
-        import torch.utils.data
+        import torch.utils.data  # here, not above: `mrec` imports this module and never torch
 
         info = torch.utils.data.get_worker_info()
-        placed = None if shared is None or info is None else _place(shared, info.id, self._seq, batches)
+        placed = None if shared is None or info is None else _place(shared, info.id, self._seq, batches, many)
         if placed is not None:
             self._seq = placed.args[3]
-            placed.many = many
             return placed
         return batches if many else batches[0]
 
 
-def _place(shared: "Shared", worker: int, last: int, batches: List[Any]) -> Optional["InSlot"]:
+def _place(shared: "Shared", worker: int, last: int, batches: List[Any], many: bool = True) -> Optional["InSlot"]:
     """``batches`` written to a free slot of ``worker``'s range: what to
-    send for them, or None (no free slot, a batch not a dict, too large)."""
+    send for them (received as a :class:`Batches`, or with ``many`` false
+    as its one batch), or None (no free slot, a batch not a dict, too
+    large)."""
     mapped, token, slots, slot_bytes = shared
     first = worker * slots
     rotation = ((last + k) % slots for k in range(slots))
@@ -215,7 +216,7 @@ def _place(shared: "Shared", worker: int, last: int, batches: List[Any]) -> Opti
     for batch, entries in zip(batches, layout):
         for key, dtype, shape, at, n in entries:
             whole[at : at + n].view(dtype).reshape(shape)[...] = batch[key]
-    return InSlot(token, worker, slot, seq, layout, extras)
+    return InSlot(token, worker, slot, seq, layout, extras, many)
 
 
 class Batches(list):
@@ -226,12 +227,11 @@ class InSlot:
     """What a worker sends for the batches it wrote to a slot; unpickled in
     the main process as those batches, views of the slot."""
 
-    def __init__(self, token: int, worker: int, slot: int, seq: int, layout: List[Any], extras: List[Any]) -> None:
-        self.args = (token, worker, slot, seq, layout, extras)
-        self.many = True
+    def __init__(self, token: int, worker: int, slot: int, seq: int, layout: List[Any], extras: List[Any], many: bool) -> None:
+        self.args = (token, worker, slot, seq, layout, extras, many)
 
     def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
-        return _received, (*self.args, self.many)
+        return _received, self.args
 
 
 def _received(token: int, worker: int, slot: int, seq: int, layout: List[Any], extras: List[Any], many: bool) -> Any:
