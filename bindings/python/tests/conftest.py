@@ -36,6 +36,17 @@ def ctrl_c() -> Any:
         signal.signal(signal.SIGINT, before)
 
 
+@pytest.fixture(scope="session")
+def small_collection(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A collection of 30 small synthetic records (`workers.make_collection`),
+    some 25 batches at 60 atoms a batch: what the loader tests iterate."""
+    import workers
+
+    out = tmp_path_factory.mktemp("small") / "small.mrec.lmdb"
+    workers.make_collection(out, 30)
+    return out
+
+
 def mrec_binary() -> Optional[str]:
     """The `mrec` CLI: $MREC_BIN, else the workspace's release build, else PATH."""
     env = os.environ.get("MREC_BIN")

@@ -19,18 +19,14 @@ import pytest
 import torch
 
 import mrec
-import workers
 
-N_RECORDS = 30
 SEED = 11
 BUDGET = 60  # atoms a batch: some 25 batches an epoch
 
 
-@pytest.fixture(scope="module")
-def path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("torch") / "small.mrec.lmdb"
-    workers.make_collection(out, N_RECORDS)
-    return out
+@pytest.fixture
+def path(small_collection: Path) -> Path:
+    return small_collection
 
 
 def sampler(ds: mrec.Structures, **options: Any) -> mrec.FrameSampler:

@@ -16,17 +16,13 @@ import numpy as np
 import pytest
 
 import mrec
-import workers
 from mrec import _transport
 
-N_RECORDS = 30
 
 
-@pytest.fixture(scope="module")
-def path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("transport") / "small.mrec.lmdb"
-    workers.make_collection(out, N_RECORDS)
-    return out
+@pytest.fixture
+def path(small_collection: Path) -> Path:
+    return small_collection
 
 
 def in_shared_memory(a: np.ndarray) -> bool:
