@@ -4,11 +4,9 @@ reach Python as exceptions of their own types, subclasses of built-ins."""
 from __future__ import annotations
 
 import copy
-import os
 import pickle
 import shutil
 from pathlib import Path
-from typing import Any, Dict
 
 import numpy as np
 import pytest
