@@ -95,7 +95,9 @@ class Loader(torch.utils.data.DataLoader):
         elif collate_fn is None:
             collate_fn = getattr(dataset, "collate", None)
         super().__init__(dataset, batch_sampler=batch_sampler, collate_fn=collate_fn, **kwargs)
-        self._iteration: Optional[_Counted] = None
+        # Only the count: the iterator itself (its workers, their arena)
+        # goes when the loop lets go of it, as DataLoader's does.
+        self._progress: Optional[_Progress] = None
 
     @property
     def _index_sampler(self) -> Any:
@@ -136,15 +138,15 @@ class Loader(torch.utils.data.DataLoader):
             pinned = getattr(inner, "_pin_memory", False)
             device = getattr(inner, "_pin_memory_device", None)
             convert = (lambda b: pin_memory(_to_torch(b), device)) if pinned else _to_torch
-        self._iteration = _Counted(inner, epoch, start, len(sampler), convert)
-        return self._iteration
+        self._progress = _Progress(epoch, start)
+        return _Counted(inner, self._progress, len(sampler), convert)
 
     def state_dict(self) -> Dict[str, Any]:
         """Where the training loop is: see the class's documentation."""
         sampler: FrameSampler = self.batch_sampler
-        it = self._iteration
-        if it is not None and it.epoch == sampler.epoch and not sampler._start:
-            return sampler._state(it.epoch, it.consumed)
+        seen = self._progress
+        if seen is not None and seen.epoch == sampler.epoch and not sampler._start:
+            return sampler._state(seen.epoch, seen.consumed)
         # No iteration since the epoch was set or a state loaded: the next
         # one starts where the sampler will.
         return sampler._state(sampler.epoch, sampler._start)
@@ -154,7 +156,7 @@ class Loader(torch.utils.data.DataLoader):
         yields the rest of its epoch (:meth:`FrameSampler.load_state_dict`
         says what is refused)."""
         self.batch_sampler.load_state_dict(state)
-        self._iteration = None
+        self._progress = None
 
 
 def batches_per_task_of(sampler: FrameSampler) -> int:
@@ -177,19 +179,29 @@ class _Requests:
         return -(-len(self.sampler) // self.per_task)
 
 
+class _Progress:
+    """How many of an epoch's batches the loop has received."""
+
+    __slots__ = ("epoch", "consumed")
+
+    def __init__(self, epoch: int, consumed: int) -> None:
+        self.epoch = epoch
+        self.consumed = consumed
+
+
 class _Counted:
-    """A ``DataLoader`` iterator whose batches are counted as the loop
-    receives them (a request's several batches handed out one by one)."""
+    """A ``DataLoader`` iterator whose batches are counted (in ``progress``)
+    as the loop receives them, a request's several batches handed out one
+    by one."""
 
     def __init__(
-        self, inner: Iterator[Any], epoch: int, start: int, total: int, convert: Optional[Callable[[Any], Any]] = None
+        self, inner: Iterator[Any], progress: _Progress, total: int, convert: Optional[Callable[[Any], Any]] = None
     ) -> None:
         self._inner = inner
         self._convert = convert
         self._ready: Deque[Any] = collections.deque()
         self._total = total
-        self.epoch = epoch
-        self.consumed = start
+        self.progress = progress
 
     def __iter__(self) -> "_Counted":
         return self
@@ -204,7 +216,7 @@ class _Counted:
         batch = self._ready.popleft()
         if self._convert is not None:
             batch = self._convert(batch)
-        self.consumed += 1
+        self.progress.consumed += 1
         return batch
 
     def __len__(self) -> int:

@@ -116,6 +116,9 @@ class Arena:
             os.close(self.fd)
             self.fd = None
 
+    def __del__(self) -> None:  # an arena no loader started workers over
+        self.workers_started()
+
     def receive(self, worker: int, slot: int, seq: int, layout: List[Any]) -> List[Dict[str, np.ndarray]]:
         """The batches a worker wrote in a slot, as views of it; the slot
         is freed when the last of them is gone."""
