@@ -147,12 +147,24 @@ pub(super) struct PeerWrite {
     pub(super) file_bytes: u64,
 }
 
+/// The peer file at `path`, new and empty, for [`write_peer`].
+pub(super) fn create_peer(path: &Path) -> Result<Env> {
+    remove_lmdb(path);
+    let mut options = EnvOpenOptions::new();
+    options.map_size(1 << 40).max_dbs(0);
+    // SAFETY: valid flags for a writable NO_SUB_DIR environment.
+    unsafe { options.flags(EnvFlags::NO_SUB_DIR | EnvFlags::NO_SYNC) };
+    // SAFETY: a fresh file, written only through this Env.
+    unsafe { options.open(path) }.map_err(lmdb)
+}
+
 /// Writes the same frames as ASE-LMDB rows: key = ASCII id (1-based), value
 /// = zlib(JSON), plus ASE's `nextid` key. `first[r]` is record r's first
 /// global frame ordinal. Rows are built and compressed on every core (this
 /// file is the baseline's input, its writing is not a measured figure) and
-/// put in order.
+/// put in order, into `env` (from [`create_peer`], at `path`).
 pub(super) fn write_peer(
+    env: Env,
     path: &Path,
     seed: u64,
     first: &[u64],
@@ -161,13 +173,6 @@ pub(super) fn write_peer(
 ) -> Result<PeerWrite> {
     const CHUNK: u64 = 64;
     type Rows = Vec<(Vec<u8>, Vec<u8>)>;
-    remove_lmdb(path);
-    let mut options = EnvOpenOptions::new();
-    options.map_size(1 << 40).max_dbs(0);
-    // SAFETY: valid flags for a writable NO_SUB_DIR environment.
-    unsafe { options.flags(EnvFlags::NO_SUB_DIR | EnvFlags::NO_SYNC) };
-    // SAFETY: a fresh file, written only through this Env.
-    let env = unsafe { options.open(path) }.map_err(lmdb)?;
     let mut txn = env.write_txn().map_err(lmdb)?;
     let db: Db = env.create_database(&mut txn, None).map_err(lmdb)?;
     txn.commit().map_err(lmdb)?;

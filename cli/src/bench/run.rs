@@ -50,12 +50,26 @@ pub(super) fn remove_run_files(files: &[PathBuf], dir: Option<&Path>) {
     }
 }
 
+/// Held while a run creates or opens its files (an LMDB open creates the
+/// `-lock` file), and taken for good by
+/// [`remove_files_of_runs_in_progress`]: each such step of a run ends
+/// before the interrupt's deletion starts, or never starts.
+static FILE_STEPS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// `step`, run while no interrupt deletes the run's files.
+pub(super) fn file_step<T>(step: impl FnOnce() -> T) -> T {
+    let _held = FILE_STEPS.lock().unwrap_or_else(|e| e.into_inner());
+    step()
+}
+
 /// Deletes the files of every run of this process still in progress (those
 /// not asked to keep them), as each run does when it ends: for a program
 /// about to exit on an interrupt (`mrec bench` calls it on Ctrl-C), which
-/// would otherwise leave gigabytes behind. Best effort: a file a run
-/// creates while this runs may stay.
+/// would otherwise leave gigabytes behind. It waits for a run's file step
+/// in progress (creating the collection, renaming it, opening a file) to
+/// end, and every later one waits for ever: call it only on the way out.
 pub fn remove_files_of_runs_in_progress() {
+    std::mem::forget(FILE_STEPS.lock().unwrap_or_else(|e| e.into_inner()));
     let runs = std::mem::take(&mut *pending());
     for (files, dir) in runs.values() {
         remove_run_files(files, dir.as_deref());
@@ -88,28 +102,31 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
             eprintln!("{s}");
         }
     };
-    let (dir, temp) = match &opts.dir {
-        Some(d) => {
-            std::fs::create_dir_all(d).map_err(|e| Error::io_at(d, e))?;
-            (d.clone(), false)
-        }
-        None => {
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.subsec_nanos())
-                .unwrap_or(0);
-            let d = std::env::temp_dir().join(format!("mrec-bench-{}-{nanos}", std::process::id()));
-            std::fs::create_dir_all(&d).map_err(|e| Error::io_at(&d, e))?;
-            (d, true)
-        }
-    };
+    // The directory and its files' cleanup come in one step: an interrupt
+    // finds a temporary directory registered for deletion, or none.
+    let (dir, temp, _cleanup) = file_step(|| -> Result<(PathBuf, bool, Cleanup)> {
+        let (dir, temp) = match &opts.dir {
+            Some(d) => {
+                std::fs::create_dir_all(d).map_err(|e| Error::io_at(d, e))?;
+                (d.clone(), false)
+            }
+            None => {
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.subsec_nanos())
+                    .unwrap_or(0);
+                let d =
+                    std::env::temp_dir().join(format!("mrec-bench-{}-{nanos}", std::process::id()));
+                std::fs::create_dir_all(&d).map_err(|e| Error::io_at(&d, e))?;
+                (d, true)
+            }
+        };
+        let files = vec![dir.join("bench.mrec.lmdb"), dir.join("peer.ase.lmdb")];
+        let cleanup = Cleanup::new(files, temp.then(|| dir.clone()), opts.keep);
+        Ok((dir, temp, cleanup))
+    })?;
     let path = dir.join("bench.mrec.lmdb");
     let peer_path = dir.join("peer.ase.lmdb");
-    let _cleanup = Cleanup::new(
-        vec![path.clone(), peer_path.clone()],
-        temp.then(|| dir.clone()),
-        opts.keep,
-    );
     check_room(&dir, &[&path, &peer_path], opts.records)?;
     // The room check counts the files of an earlier run as free: they go
     // now, not when the new ones replace them.
@@ -126,14 +143,16 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
     let wall = Instant::now();
     let mut writer_secs = 0.0f64;
     let t = Instant::now();
-    let mut writer = Writer::create(
-        &path,
-        header,
-        WriterOptions {
-            overwrite: true,
-            ..WriterOptions::default()
-        },
-    )?;
+    let mut writer = file_step(|| {
+        Writer::create(
+            &path,
+            header,
+            WriterOptions {
+                overwrite: true,
+                ..WriterOptions::default()
+            },
+        )
+    })?;
     writer_secs += t.elapsed().as_secs_f64();
     let mem_start = mem();
     let mut samples: Vec<(u64, Mem)> = vec![(0, mem_start)];
@@ -185,7 +204,7 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
         ),
     ]);
     let t = Instant::now();
-    writer.finish(index)?;
+    file_step(|| writer.finish(index))?;
     let finish_secs = t.elapsed().as_secs_f64();
     writer_secs += finish_secs;
     let write_wall = wall.elapsed().as_secs_f64();
@@ -218,7 +237,8 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
 
     // The peer file: the same frames as ASE-LMDB rows.
     let peer_bar = bar(opts.progress, n, "write peer file", "records");
-    let peer_write = write_peer(&peer_path, seed, &first, n_frames, &peer_bar)?;
+    let peer_env = file_step(|| create_peer(&peer_path))?;
+    let peer_write = write_peer(peer_env, &peer_path, seed, &first, n_frames, &peer_bar)?;
     peer_bar.finish_and_clear();
     say(format!(
         "wrote the peer file ({} bytes) in {:.2} s",
@@ -227,7 +247,7 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
     ));
 
     let order = shuffled(n, seed);
-    let reader = Reader::open(&path)?;
+    let reader = file_step(|| Reader::open(&path))?;
     if (0..n).any(|r| reader.record_frames(r) != Some(counts[r as usize])) {
         return Err(Error::Lmdb(
             "the index disagrees with the frames written".into(),
@@ -237,7 +257,7 @@ pub fn run(opts: &BenchOptions) -> Result<Report> {
     say(format!(
         "measuring the read figures: 1 warm-up round + {passes} rounds, each one pass of every figure"
     ));
-    let (peer_env, peer_db) = open_ro(&peer_path)?;
+    let (peer_env, peer_db) = file_step(|| open_ro(&peer_path))?;
     let (env, db) = reader.raw();
     let arrays = || arrays_pass(&reader.txn()?, &order);
     let index_order: Vec<u64> = (0..n).collect();
