@@ -73,27 +73,41 @@ fn harness(args: &[&str]) -> Command {
     command
 }
 
-/// An adapter that hangs on every request, with the default limits: the
-/// run ends well within a minute (three timeouts of 15 s), every trial
-/// after the third is an error with one message, and the Markdown report
-/// shows them as one section.
+/// An adapter that hangs on every request: after three timeouts (2 s here)
+/// the run ends, every trial after the third is an error with one message,
+/// and the Markdown report shows them as one section. The defaults, 15 s
+/// and 3 failures, end such a run within a minute.
 #[test]
 fn an_adapter_hanging_on_every_request_is_given_up_after_three_timeouts() {
+    let help = harness(&["run", "--help"]).output().expect("harness runs");
+    let help = String::from_utf8_lossy(&help.stdout);
+    let default_of = |flag: &str| -> u64 {
+        let from = help
+            .find(flag)
+            .unwrap_or_else(|| panic!("{flag} in {help}"));
+        let rest = &help[from..];
+        let value = &rest[rest.find("[default: ").expect("a default") + 10..];
+        value[..value.find(']').expect("]")]
+            .parse()
+            .expect("a number")
+    };
+    assert_eq!(default_of("--timeout <TIMEOUT>"), 15, "{help}");
+    assert_eq!(default_of("--max-failures <MAX_FAILURES>"), 3, "{help}");
     let dir = Scratch::new("hang");
     let command = dir.adapter("", "    time.sleep(3600)");
     let reports = dir.path("reports");
     let started = Instant::now();
-    let out = harness(&["run", "--adapter", &command, "--report"])
+    let out = harness(&["run", "--adapter", &command, "--timeout", "2", "--report"])
         .arg(&reports)
         .output()
         .expect("harness runs");
     let took = started.elapsed();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(took < Duration::from_secs(60), "{took:?}");
+    assert!(took < Duration::from_secs(30), "{took:?}");
     assert!(
-        took >= Duration::from_secs(45),
-        "three timeouts of 15 s: {took:?}"
+        took >= Duration::from_secs(6),
+        "three timeouts of 2 s: {took:?}"
     );
     let asked = std::fs::read_to_string(dir.path("asked")).expect("asked");
     assert_eq!(asked.lines().count(), 3, "requests sent: {asked}");
